@@ -1,0 +1,141 @@
+"""The root click group: lazy subcommands, global options, and the error boundary.
+
+Subcommands live in one module each under ``gsrewrite.cli`` and are imported only when used, so that
+``gsrewrite --help`` and ``gsrewrite info`` do not pay for onnxruntime. Plugins add commands through the
+``gsrewrite_add_cli_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from gsrewrite import __version__
+from gsrewrite.errors import GsrewriteError
+
+log = logging.getLogger("gsrewrite")
+
+#: command name -> "module:attribute" of the click command.
+BUILTIN_COMMANDS: dict[str, str] = {
+    "info": "gsrewrite.cli.info_cmd:info",
+    "validate": "gsrewrite.cli.validate_cmd:validate",
+    "plugins": "gsrewrite.cli.plugins_cmd:plugins",
+    "apply": "gsrewrite.cli.apply_cmd:apply",
+    "explain": "gsrewrite.cli.apply_cmd:explain",
+    "patterns": "gsrewrite.cli.patterns_cmd:patterns",
+}
+
+
+class GsrewriteGroup(click.Group):
+    """A group that imports subcommands lazily and turns library errors into one line + exit 2."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx)) | set(self._available_builtins())
+        names |= set(_plugin_commands(ctx))
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        if cmd is not None:
+            return cmd
+        target = BUILTIN_COMMANDS.get(cmd_name)
+        if target is not None:
+            module_name, attr = target.split(":")
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name == module_name:
+                    return None
+                raise
+            return getattr(module, attr)
+        return _plugin_commands(ctx).get(cmd_name)
+
+    @staticmethod
+    def _available_builtins() -> list[str]:
+        found = []
+        for name, target in BUILTIN_COMMANDS.items():
+            module_name = target.split(":")[0]
+            if importlib.util.find_spec(module_name) is not None:
+                found.append(name)
+        return found
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GsrewriteError as exc:
+            if (ctx.obj or {}).get("debug"):
+                raise
+            click.echo(f"error: {one_line(exc)}", err=True)
+            ctx.exit(exc.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+        except Exception as exc:  # a bug in gsrewrite or a plugin: still one line unless --debug
+            if (ctx.obj or {}).get("debug"):
+                raise
+            click.echo(f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with --debug)", err=True)
+            ctx.exit(3)
+
+
+def one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception message (never a traceback)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
+    obj = ctx.ensure_object(dict)
+    if "plugin_commands" not in obj:
+        obj["plugin_commands"] = {}
+        try:
+            from gsrewrite.plugin_manager import collect_cli_commands
+
+            obj["plugin_commands"] = collect_cli_commands(obj.get("disabled_plugins", ()))
+        except GsrewriteError as exc:
+            log.warning("plugin commands unavailable: %s", one_line(exc))
+        except ImportError:
+            pass
+    return obj["plugin_commands"]
+
+
+def _configure_logging(verbose: int, quiet: int) -> None:
+    level = logging.WARNING - 10 * verbose + 10 * quiet
+    level = max(logging.DEBUG, min(logging.CRITICAL, level))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger("gsrewrite")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
+@click.group(cls=GsrewriteGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gsrewrite")
+@click.option("-v", "--verbose", count=True, help="More log output (repeat for debug).")
+@click.option("-q", "--quiet", count=True, help="Less log output.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.option(
+    "--disable-plugin",
+    "disabled_plugins",
+    multiple=True,
+    metavar="NAME",
+    help="Do not load this plugin (repeatable). GSREWRITE_DISABLE_PLUGIN_AUTOLOAD=1 disables all.",
+)
+@click.pass_context
+def main(ctx: click.Context, verbose: int, quiet: int, debug: bool, disabled_plugins: tuple[str, ...]) -> None:
+    """gsrewrite: declarative, validated rewrites of ONNX models."""
+    _configure_logging(verbose, quiet)
+    obj = ctx.ensure_object(dict)
+    obj["debug"] = debug or os.environ.get("GSREWRITE_DEBUG") == "1"
+    obj["disabled_plugins"] = tuple(disabled_plugins)
+    if disabled_plugins:
+        from gsrewrite import plugin_manager
+
+        plugin_manager.set_disabled(disabled_plugins)

@@ -1,0 +1,87 @@
+"""Output helpers shared by the subcommands: JSON for scripts, rich tables for people."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def to_json(data: Any) -> str:
+    """Serialize report data; NaN/Inf become strings so the output stays valid JSON."""
+    return json.dumps(_sanitize(data), indent=2, default=_default, allow_nan=False)
+
+
+def _sanitize(data: Any) -> Any:
+    if isinstance(data, float) and (data != data or data in (float("inf"), float("-inf"))):
+        return str(data)
+    if isinstance(data, dict):
+        return {str(k): _sanitize(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_sanitize(v) for v in data]
+    if hasattr(data, "to_dict"):
+        return _sanitize(data.to_dict())
+    return data
+
+
+def emit_json(data: Any) -> None:
+    click.echo(to_json(data))
+
+
+def console() -> Console:
+    """A console on stdout; plain text (no colour codes) when stdout is not a terminal."""
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A rich table; numeric-looking columns are right-aligned."""
+    t = Table(title=title, show_lines=False, title_justify="left")
+    rows = [list(map(_cell, r)) for r in rows]
+    for i, col in enumerate(columns):
+        numeric = bool(rows) and all(_is_number(r[i]) for r in rows if i < len(r) and r[i] != "")
+        t.add_column(col, justify="right" if numeric else "left")
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if value == value else "nan"
+    return "" if value is None else str(value)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"

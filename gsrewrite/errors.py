@@ -1,0 +1,78 @@
+"""Typed exceptions raised by the gsrewrite library.
+
+Every error a user can cause (a bad model, a bad option, a bad pattern file, a broken plugin) is a
+:class:`GsrewriteError`. The CLI turns these into one line on stderr and exit code 2; anything else is a
+bug in gsrewrite and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class GsrewriteError(Exception):
+    """Base class of every error caused by user input (models, options, pattern files, plugins)."""
+
+    exit_code = 2
+
+
+# --- models: loading and saving ---------------------------------------------------------------------
+class ModelError(GsrewriteError):
+    """A model cannot be read, or is not a valid ONNX model."""
+
+
+class ModelNotFoundError(ModelError):
+    """The model path does not exist or is not a regular file."""
+
+
+class NotAnOnnxModelError(ModelError):
+    """The file is empty, truncated, or not an ONNX protobuf."""
+
+
+class ExternalDataError(ModelError):
+    """External tensor data is missing, unsafe (outside the model folder) or inconsistent."""
+
+
+class InvalidModelError(ModelError):
+    """The model parses but is structurally invalid (cycles, dangling inputs, bad tensors, ...)."""
+
+
+class ModelTooLargeError(ModelError):
+    """A declared tensor size is larger than gsrewrite is willing to allocate."""
+
+
+class OutputError(GsrewriteError):
+    """An output file cannot be written (would overwrite the input, folder missing, ...)."""
+
+
+# --- options, inputs --------------------------------------------------------------------------------
+class UsageError(GsrewriteError):
+    """An option or argument value is invalid (unknown pattern, bad shape spec, ...)."""
+
+
+class InputDataError(GsrewriteError):
+    """Input data given for validation or profiling does not fit the model."""
+
+
+# --- patterns and plugins ---------------------------------------------------------------------------
+class PatternError(GsrewriteError):
+    """A pattern file is malformed or refers to something that does not exist."""
+
+
+class UnknownPatternError(UsageError):
+    """A pattern or family name that no registered pattern has."""
+
+
+class DuplicateNameError(GsrewriteError):
+    """A registry received a second entry under a name it already holds."""
+
+
+class PluginError(GsrewriteError):
+    """A plugin failed to load or raised inside a hook; the message names the plugin."""
+
+
+# --- rewriting --------------------------------------------------------------------------------------
+class RewriteError(GsrewriteError):
+    """A rewrite could not be carried out (for example an opset conversion that failed)."""
+
+
+class ValidationError(GsrewriteError):
+    """onnxruntime could not run a model for validation (as opposed to outputs that disagree)."""

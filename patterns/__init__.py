@@ -1,0 +1,1 @@
+"""Pattern files shipped with gsrewrite (data only: this package holds no code)."""
