@@ -1,0 +1,203 @@
+"""``apply``: load -> canonicalize -> pattern rewrites -> legalize -> validate (bisect on failure).
+
+Every rewrite is checked: onnxruntime runs the original and the result on the same inputs. When they
+disagree, the patterns that matched are bisected (smallest failing prefix, in application order) to find
+the guilty one; its rewrites are dropped, the rest is applied again and re-validated, until the result
+agrees (at worst: the original model, unchanged). Nothing wrong is ever returned silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from gsrewrite.engine.canonicalize import canonicalize
+from gsrewrite.engine.graph import default_opset, to_graph, to_model
+from gsrewrite.engine.legalize import legalize
+from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
+from gsrewrite.engine.targets import check_target
+from gsrewrite.engine.tracing import NearMiss
+from gsrewrite.errors import RewriteError, UsageError
+from gsrewrite.info import op_histogram
+from gsrewrite.patterns.pattern import Pattern
+from gsrewrite.patterns.registry import PatternRegistry
+
+log = logging.getLogger(__name__)
+
+ModelArg = onnx.ModelProto | str | os.PathLike
+
+
+@dataclass
+class RewriteResult:
+    """What ``apply`` did. ``model`` is always safe to save: validated, or unchanged."""
+
+    model: onnx.ModelProto
+    changed: bool
+    counts: dict[str, int]
+    records: list[MatchRecord] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    near_misses: dict[str, NearMiss] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    validation: Any = None
+    before: dict[str, int] = field(default_factory=dict)
+    after: dict[str, int] = field(default_factory=dict)
+    patterns: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "changed": self.changed,
+            "counts": dict(self.counts),
+            "matches": [r.to_dict() for r in self.records],
+            "skipped": dict(self.skipped),
+            "dropped": dict(self.dropped),
+            "near_misses": {k: v.to_dict() for k, v in self.near_misses.items()},
+            "validation": self.validation.to_dict() if self.validation is not None else None,
+            "nodes_before": sum(self.before.values()),
+            "nodes_after": sum(self.after.values()),
+            "ops_before": dict(self.before),
+            "ops_after": dict(self.after),
+            "patterns": list(self.patterns),
+            "seconds": round(self.seconds, 4),
+        }
+
+
+def apply(
+    model: ModelArg,
+    patterns: Sequence[str] = ("all",),
+    *,
+    target: str = "ort",
+    validate: bool = True,
+    pattern_files: Iterable[str | os.PathLike] = (),
+    explain: bool = False,
+    opset: int | None = None,
+    registry: PatternRegistry | None = None,
+    validation_options: dict[str, Any] | None = None,
+) -> RewriteResult:
+    """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
+
+    ``pattern_files`` adds pattern files on top of the registered ones (their patterns are always
+    selected). ``opset`` first converts the model to that opset. With ``validate`` (default) the result is
+    compared with the original in onnxruntime; ``validation_options`` go to ``gsrewrite.validate``.
+    """
+    start = time.perf_counter()
+    check_target(target)
+    original = _as_model(model)
+    registry, selected = _select(registry, patterns, pattern_files)
+    working = _convert_opset(original, opset)
+    out, run = _rewrite(working, selected, target, explain, registry)
+    result = _result(original, out, run, selected)
+    if validate and result.changed:
+        _validate_and_bisect(result, original, working, selected, target, registry, validation_options or {})
+    result.after = op_histogram(result.model)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+# --- pieces -----------------------------------------------------------------------------------------------
+def _select(registry: PatternRegistry | None, names: Sequence[str],
+            files: Iterable[str | os.PathLike]) -> tuple[PatternRegistry, list[Pattern]]:
+    from gsrewrite.patterns import default_registry
+
+    reg = registry if registry is not None else default_registry()
+    selected = reg.select(names) if names else []
+    for path in files:
+        selected.extend(reg.add_file(path, provider=f"--pattern-file {path}"))
+    if not selected:
+        raise UsageError("no patterns selected (use --pattern NAME or --pattern-file FILE)")
+    reg.verify(selected)
+    return reg, selected
+
+
+def _as_model(model: ModelArg) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    from gsrewrite.model_io import load_model
+
+    return load_model(model)
+
+
+def _convert_opset(model: onnx.ModelProto, opset: int | None) -> onnx.ModelProto:
+    current = default_opset(model)
+    if opset is None or opset == current:
+        return model
+    if opset < current:
+        raise UsageError(f"--opset {opset} is lower than the model's opset {current}; gsrewrite only upgrades")
+    try:
+        from onnx import version_converter
+
+        return version_converter.convert_version(model, opset)
+    except Exception as exc:
+        raise RewriteError(f"cannot convert the model from opset {current} to {opset}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, explain: bool,
+             registry: PatternRegistry) -> tuple[onnx.ModelProto, PassResult]:
+    graph = canonicalize(to_graph(model))
+    rewrite = RewritePass(patterns, registry.checks, registry.computes, target, explain=explain)
+    run = rewrite.run(graph)
+    if not run.modified:
+        return model, run
+    legalize(graph)
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    return to_model(graph, model), run
+
+
+def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
+            selected: list[Pattern]) -> RewriteResult:
+    modified = run.modified
+    result = RewriteResult(
+        model=out if modified else original, changed=modified, counts=dict(run.counts), records=run.records,
+        skipped=dict(run.skipped), before=op_histogram(original), patterns=[p.name for p in selected],
+    )
+    if run.tracer is not None:
+        result.near_misses = dict(run.tracer.best)
+        result.attempts = dict(run.tracer.attempts)
+    return result
+
+
+def _validate_and_bisect(result: RewriteResult, original: onnx.ModelProto, working: onnx.ModelProto,
+                         selected: list[Pattern], target: str, registry: PatternRegistry,
+                         options: dict[str, Any]) -> None:
+    from gsrewrite.validation import validate
+
+    report = validate(original, result.model, **options)
+    active = [p for p in selected if result.counts.get(p.name)]
+    while not report.ok and active:
+        guilty = _first_failing(active, working, target, registry, original, options)
+        log.warning("pattern %s breaks the model (%s): dropping its rewrites", guilty.name, report.summary())
+        result.dropped[guilty.name] = report.summary()
+        active.remove(guilty)
+        out, run = _rewrite(working, active, target, False, registry) if active else (original, None)
+        result.model = out if (run is not None and run.modified) else original
+        result.counts = dict(run.counts) if run is not None else {}
+        result.records = run.records if run is not None else []
+        result.changed = bool(result.counts)
+        report = validate(original, result.model, **options) if result.changed else report
+        if not result.changed:
+            break
+    result.validation = report if result.changed else None
+
+
+def _first_failing(active: list[Pattern], working: onnx.ModelProto, target: str, registry: PatternRegistry,
+                   original: onnx.ModelProto, options: dict[str, Any]) -> Pattern:
+    """The last pattern of the smallest prefix of ``active`` whose rewrites fail validation."""
+    from gsrewrite.validation import validate
+
+    low, high = 1, len(active)
+    while low < high:
+        mid = (low + high) // 2
+        out, run = _rewrite(working, active[:mid], target, False, registry)
+        if run.modified and not validate(original, out, **options).ok:
+            high = mid
+        else:
+            low = mid + 1
+    return active[high - 1]

@@ -1,0 +1,163 @@
+"""Canonicalization: one spelling per operation, so that one template serves every exporter.
+
+Run before matching. Each step is small and semantics-preserving:
+
+* ``Constant`` nodes become constants (initializers), and nodes computable before run time are folded
+  (size-capped: see fold.py);
+* ``Identity`` and ``Cast`` to the type a tensor already has are bypassed;
+* operands that moved between opsets take their canonical place (axes/split as attributes, Clip bounds
+  as inputs) when they are constant;
+* attributes left at their default are filled in (a template may then require ``keepdims = 1``);
+* axis attributes become negative when the input rank is known (templates write ``axes = [-1]``).
+
+``legalize`` (legalize.py) converts back to what the model's opset allows before the model is saved.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from gsrewrite.engine import opforms
+from gsrewrite.engine.fold import fold_constants
+from gsrewrite.engine.graph import is_empty, replace_uses, subgraph_outer_names, swap
+
+log = logging.getLogger(__name__)
+
+
+def canonicalize(graph: gs.Graph) -> gs.Graph:
+    """Canonicalize ``graph`` in place (top level) and return it, cleaned up and sorted."""
+    opset = graph.opset
+    constants_from_nodes(graph)
+    fold_constants(graph)
+    bypass_noops(graph)
+    for node in graph.nodes:
+        if node.domain not in (None, "", "ai.onnx"):
+            continue
+        _canonical_operands(node, opset)
+        _fill_defaults(node, opset)
+        _negative_axes(node, opset)
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    return graph
+
+
+def constants_from_nodes(graph: gs.Graph) -> None:
+    """Turn every ``Constant`` node whose output is not a graph output into a graph constant."""
+    outputs = {id(t) for t in graph.outputs}
+    for node in graph.nodes:
+        if node.op != "Constant" or len(node.outputs) != 1 or id(node.outputs[0]) in outputs:
+            continue
+        value = _constant_value(node)
+        if value is None:
+            continue
+        out = node.outputs[0]
+        node.outputs.clear()
+        out.to_constant(value)
+
+
+def _constant_value(node: gs.Node) -> np.ndarray | None:
+    attrs = node.attrs
+    if "value" in attrs and isinstance(attrs["value"], gs.Constant):
+        return attrs["value"].values
+    scalar = {"value_float": np.float32, "value_int": np.int64}
+    for key, dtype in scalar.items():
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    lists = {"value_floats": np.float32, "value_ints": np.int64}
+    for key, dtype in lists.items():
+        if key in attrs:
+            return np.array(list(attrs[key]), dtype=dtype)
+    return None
+
+
+def bypass_noops(graph: gs.Graph) -> int:
+    """Bypass Identity nodes and Casts to the type the input already has; returns how many."""
+    outer = subgraph_outer_names(graph)
+    count = 0
+    for node in list(graph.nodes):
+        if _is_noop(node) and _bypass(graph, node, outer):
+            count += 1
+    return count
+
+
+def _is_noop(node: gs.Node) -> bool:
+    if node.domain not in (None, "", "ai.onnx") or len(node.inputs) != 1 or len(node.outputs) != 1:
+        return False
+    if node.op == "Identity":
+        return True
+    if node.op == "Cast" and isinstance(node.attrs.get("to"), int):
+        return _same_dtype(node.inputs[0].dtype, node.attrs["to"])
+    return False
+
+
+def _same_dtype(src: object, to: int) -> bool:
+    """True when ``src`` (a tensor's dtype, possibly unknown) is the ONNX element type ``to``."""
+    if src is None:
+        return False
+    try:
+        return np.dtype(src) == np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))  # type: ignore[arg-type]
+    except (TypeError, KeyError, ValueError):
+        return False
+
+
+def _bypass(graph: gs.Graph, node: gs.Node, outer: set[str]) -> bool:
+    src, dst = node.inputs[0], node.outputs[0]
+    if dst.name in outer or is_empty(src):
+        return False
+    graph_outputs = {id(t) for t in graph.outputs}
+    if id(dst) not in graph_outputs:
+        node.outputs.clear()
+        replace_uses(dst, src)
+        node.inputs.clear()
+        return True
+    # dst is a graph output: let src's producer write dst directly, if src is an ordinary intermediate
+    if not src.inputs or id(src) in graph_outputs or src.name in outer or isinstance(src, gs.Constant):
+        return False
+    node.inputs.clear()
+    node.outputs.clear()
+    replace_uses(src, dst)
+    producer = src.inputs[0]
+    swap(producer.outputs, src, dst)
+    return True
+
+
+def _canonical_operands(node: gs.Node, opset: int) -> None:
+    moved = opforms.ATTRIBUTE_CANONICAL.get(node.op)
+    if moved is not None and len(node.inputs) > moved.index:
+        operand = node.inputs[moved.index]
+        if isinstance(operand, gs.Constant) and moved.attr not in node.attrs:
+            node.attrs[moved.attr] = [int(v) for v in np.asarray(operand.values).reshape(-1)]
+            del node.inputs[moved.index]
+        elif is_empty(operand):
+            del node.inputs[moved.index]
+    if node.op == "Clip" and opset < opforms.CLIP_SINCE and ("min" in node.attrs or "max" in node.attrs):
+        dtype = node.inputs[0].dtype or np.float32
+        low, high = node.attrs.pop("min", None), node.attrs.pop("max", None)
+        node.inputs.append(gs.Constant(f"{node.name}_min", np.array(low, dtype)) if low is not None else gs.Variable.empty())
+        node.inputs.append(gs.Constant(f"{node.name}_max", np.array(high, dtype)) if high is not None else gs.Variable.empty())
+
+
+def _fill_defaults(node: gs.Node, opset: int) -> None:
+    for name, value in opforms.attribute_defaults(node.op, opset).items():
+        node.attrs.setdefault(name, value)
+
+
+def _negative_axes(node: gs.Node, opset: int) -> None:
+    rank = _rank(node)
+    if rank is None:
+        return
+    if "axes" in node.attrs and isinstance(node.attrs["axes"], (list, tuple)):
+        node.attrs["axes"] = [a - rank if a >= 0 else a for a in node.attrs["axes"]]
+    since = opforms.AXIS_OPS.get(node.op)
+    if since is not None and opset >= since and isinstance(node.attrs.get("axis"), int) and node.attrs["axis"] >= 0:
+        node.attrs["axis"] -= rank
+
+
+def _rank(node: gs.Node) -> int | None:
+    tensor = node.outputs[0] if node.op in opforms.AXES_OF_OUTPUT else (node.inputs[0] if node.inputs else None)
+    if tensor is None or tensor.shape is None:
+        return None
+    return len(tensor.shape)

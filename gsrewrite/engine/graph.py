@@ -1,0 +1,135 @@
+"""The bridge between ONNX models and onnx-graphsurgeon graphs, and small graph queries.
+
+``to_graph`` runs ONNX shape inference first (so tensors carry dtypes and shapes the passes rely on), and
+``to_model`` puts the rewritten graph back into a copy of the original model so that everything the graph
+does not hold (metadata, IR version, producer, doc strings, functions, extra opset imports) survives.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import onnx
+import onnx_graphsurgeon as gs
+
+log = logging.getLogger(__name__)
+
+#: onnx.shape_inference works on serialized protos limited to 2 GB.
+_INFERENCE_LIMIT = 2**31 - 1
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's version of the default ONNX domain (1 when it imports none)."""
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return imp.version
+    return 1
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference with data propagation; on any failure the model is returned unchanged."""
+    if model.ByteSize() >= _INFERENCE_LIMIT:
+        log.info("model is over 2 GB: skipping in-memory shape inference")
+        return model
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as exc:  # inference is an aid, never a requirement
+        log.info("shape inference failed (%s); continuing without inferred shapes", str(exc).splitlines()[0])
+        return model
+
+
+def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
+    """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``)."""
+    if shapes:
+        model = infer_shapes(model)
+    return gs.import_onnx(model)
+
+
+def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
+    """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions."""
+    exported = gs.export_onnx(graph, do_type_check=False)
+    model = onnx.ModelProto()
+    model.CopyFrom(original)
+    model.graph.CopyFrom(exported.graph)
+    model.graph.name = original.graph.name
+    model.graph.doc_string = original.graph.doc_string
+    _merge_opsets(model, exported.opset_import)
+    return model
+
+
+def _merge_opsets(model: onnx.ModelProto, exported: Iterable[onnx.OperatorSetIdProto]) -> None:
+    versions = {imp.domain: imp.version for imp in model.opset_import}
+    for imp in exported:
+        domain = "" if imp.domain == "ai.onnx" else imp.domain
+        if domain not in versions and not (domain == "" and "ai.onnx" in versions):
+            model.opset_import.append(onnx.helper.make_opsetid(domain, imp.version))
+            versions[domain] = imp.version
+        elif domain == "" and versions.get("", imp.version) != imp.version:
+            for entry in model.opset_import:
+                if entry.domain == "":
+                    entry.version = imp.version
+
+
+def producer(tensor: gs.Tensor) -> gs.Node | None:
+    """The node that produces ``tensor`` (None for graph inputs and constants)."""
+    return tensor.inputs[0] if tensor.inputs else None
+
+
+def consumers(tensor: gs.Tensor) -> list[gs.Node]:
+    """The distinct nodes that read ``tensor``."""
+    seen: dict[int, gs.Node] = {}
+    for node in tensor.outputs:
+        seen.setdefault(id(node), node)
+    return list(seen.values())
+
+
+def is_empty(tensor: gs.Tensor | None) -> bool:
+    """True for an omitted optional input."""
+    return tensor is None or (isinstance(tensor, gs.Variable) and not tensor.name)
+
+
+def subgraph_outer_names(graph: gs.Graph) -> set[str]:
+    """Names of tensors of ``graph`` that nodes inside its subgraphs (If/Loop/Scan bodies) read."""
+    names: set[str] = set()
+    for sub in graph.subgraphs(recursive=True):
+        local = {t.name for n in sub.nodes for t in n.outputs} | {t.name for t in sub.inputs}
+        for node in sub.nodes:
+            names.update(t.name for t in node.inputs if t.name and t.name not in local)
+    return names
+
+
+def replace_uses(old: gs.Tensor, new: gs.Tensor) -> None:
+    """Make every consumer of ``old`` read ``new`` instead."""
+    for node in list(old.outputs):
+        swap(node.inputs, old, new)
+
+
+def swap(tensors: list[gs.Tensor], old: gs.Tensor, new: gs.Tensor) -> None:
+    """Replace ``old`` by ``new`` in a node's input or output list (index by index: gs keeps both ends in sync)."""
+    for i, tensor in enumerate(tensors):
+        if tensor is old:
+            tensors[i] = new
+
+
+def walk_nodes(graph: gs.Graph) -> Iterator[gs.Node]:
+    """Every node of the graph and of its subgraphs."""
+    yield from graph.nodes
+    for sub in graph.subgraphs(recursive=True):
+        yield from sub.nodes
+
+
+class NameSource:
+    """Unique tensor/node names for new graph elements."""
+
+    def __init__(self, graph: gs.Graph) -> None:
+        self._taken = {t for t in graph.tensors()} | {n.name for n in walk_nodes(graph) if n.name}
+        self._counts: dict[str, int] = {}
+
+    def __call__(self, base: str) -> str:
+        name = base
+        while name in self._taken:
+            self._counts[base] = self._counts.get(base, 0) + 1
+            name = f"{base}_{self._counts[base]}"
+        self._taken.add(name)
+        return name

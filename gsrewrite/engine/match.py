@@ -1,0 +1,94 @@
+"""A found match, as named checks, computations and the replace step see it.
+
+Everything is reached by *name*: the template's tensor names, node labels and capture names. A check or
+computation must not edit the graph; a computation may reject a match by raising :class:`CheckFailed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+if TYPE_CHECKING:
+    from gsrewrite.patterns.pattern import Pattern, Variant
+    from gsrewrite.patterns.template import TemplateGraph
+
+
+class CheckFailed(Exception):
+    """Raised by a computation (or check) to reject a match; the message is the reason shown by --explain."""
+
+
+@dataclass
+class Match:
+    """Bindings of one match: template tensors, template nodes (by label), captured attribute values."""
+
+    pattern: Pattern
+    variant: Variant
+    graph: gs.Graph
+    tensors: dict[str, gs.Tensor]
+    nodes: dict[str, gs.Node]
+    captures: dict[str, Any]
+    replacement: TemplateGraph
+    computed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def anchor(self) -> gs.Node:
+        """The graph node matched by the template's output node."""
+        t = self.variant.template
+        return self.nodes[t.nodes[t.producer[t.outputs[0]]].label]
+
+    @property
+    def opset(self) -> int:
+        return int(self.graph.opset)
+
+    def tensor(self, name: str) -> gs.Tensor | None:
+        """The graph tensor bound to template tensor ``name`` (None when unbound, e.g. an optional input)."""
+        return self.tensors.get(name)
+
+    def node(self, label: str) -> gs.Node | None:
+        return self.nodes.get(label)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of template tensor ``name`` when it is bound to a constant, else None."""
+        tensor = self.tensors.get(name)
+        if isinstance(tensor, gs.Constant):
+            return np.asarray(tensor.values)
+        return None
+
+    def shape(self, name: str) -> list[int | str | None] | None:
+        """The (possibly symbolic) shape of the tensor bound to ``name``, None when unknown."""
+        tensor = self.tensors.get(name)
+        if tensor is None or tensor.shape is None:
+            return None
+        return list(tensor.shape)
+
+    def dtype(self, name: str) -> np.dtype | None:
+        tensor = self.tensors.get(name)
+        if tensor is None or tensor.dtype is None:
+            return None
+        try:
+            return np.dtype(tensor.dtype)
+        except TypeError:
+            return None
+
+    def value(self, name: str) -> Any:
+        """A capture, a computed value, or the value of a constant-bound tensor, looked up in that order."""
+        if name in self.captures:
+            return self.captures[name]
+        if name in self.computed:
+            return self.computed[name]
+        const = self.constant(name)
+        if const is not None:
+            return const
+        raise KeyError(f"pattern {self.pattern.name!r}: no capture, computed value or constant named {name!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern.name,
+            "variant": self.variant.label,
+            "anchor": self.anchor.name,
+            "nodes": sorted(n.name for n in self.nodes.values()),
+        }

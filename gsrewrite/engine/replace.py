@@ -1,0 +1,124 @@
+"""The one replace primitive: put a pattern's replacement template in place of a match.
+
+The replacement's outputs reuse the matched output tensors (so consumers and graph outputs need no
+rewiring), its inputs are the tensors the match bound (an unbound optional input is left out), computed
+values become new constants, and attributes come from literals, ``@captures`` or - for a replacement node
+whose ``[label]`` equals a match node's - that node's own attributes. New nodes are named after the pattern.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from gsrewrite.engine.graph import NameSource
+from gsrewrite.engine.match import Match
+from gsrewrite.engine.opforms import attribute_types
+from gsrewrite.patterns.template import Capture, TNode
+
+_A = onnx.AttributeProto
+
+
+def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.Node]:
+    """Replace ``match`` in ``graph``; returns the new nodes. The matched nodes are left detached."""
+    replacement = match.replacement
+    stamp = f"{match.pattern.name}:{match.anchor.name or match.anchor.op}"
+    env: dict[str, gs.Tensor | None] = {}
+    for name in replacement.inputs:
+        if name in match.computed:
+            env[name] = _constant(names(f"{stamp}/{name}"), match.computed[name])
+        else:
+            env[name] = match.tensors.get(name)
+    for name, value in replacement.constants.items():
+        env[name] = gs.Constant(names(f"{stamp}/{name}"), np.asarray(value))
+    for name in replacement.outputs:
+        env[name] = match.tensors[name]
+    inherited = {label: dict(node.attrs) for label, node in match.nodes.items()}
+    detach(match.nodes.values())
+    single = len(replacement.nodes) == 1
+    added = []
+    for tn in replacement.nodes:
+        inputs = [_input(env.get(x)) if x else gs.Variable.empty() for x in tn.inputs]
+        while inputs and isinstance(inputs[-1], gs.Variable) and not inputs[-1].name:
+            inputs.pop()
+        outputs = [_output(env, o, names, stamp) for o in tn.outputs]
+        attrs = {**inherited.get(tn.label, {}), **resolve_attributes(tn, match)}
+        node = gs.Node(op=tn.op, name=names(stamp if single else f"{stamp}/{tn.label}"), attrs=attrs,
+                       inputs=inputs, outputs=outputs, domain=tn.domain or None)
+        graph.nodes.append(node)
+        added.append(node)
+    return added
+
+
+def detach(nodes: Any) -> None:
+    """Disconnect nodes from all their tensors (they are dropped by the next cleanup)."""
+    for node in nodes:
+        node.inputs.clear()
+        node.outputs.clear()
+
+
+def _input(tensor: gs.Tensor | None) -> gs.Tensor:
+    return tensor if tensor is not None else gs.Variable.empty()
+
+
+def _output(env: dict[str, gs.Tensor | None], name: str, names: NameSource, stamp: str) -> gs.Tensor:
+    if not name:
+        return gs.Variable.empty()
+    tensor = env.get(name)
+    if tensor is None:
+        tensor = gs.Variable(names(f"{stamp}/{name}"))
+        env[name] = tensor
+    return tensor
+
+
+def _constant(name: str, value: Any) -> gs.Constant:
+    if isinstance(value, gs.Constant):
+        return gs.Constant(name, np.asarray(value.values))
+    return gs.Constant(name, np.asarray(value))
+
+
+def resolve_attributes(tn: TNode, match: Match) -> dict[str, Any]:
+    """Attribute values of a replacement node: literals as written, ``@name`` looked up in the match."""
+    types = attribute_types(tn.op, match.opset, tn.domain) if not tn.domain else {}
+    result: dict[str, Any] = {}
+    for name, spec in tn.attrs.items():
+        if isinstance(spec, Capture):
+            result[name] = coerce(match.value(spec.name), spec.type or types.get(name, 0))
+        else:
+            result[name] = coerce(spec, types.get(name, 0))
+    return result
+
+
+def coerce(value: Any, attr_type: int) -> Any:
+    """Convert a captured/computed value to what an attribute of ``attr_type`` holds (0 = infer)."""
+    if isinstance(value, gs.Constant):
+        value = np.asarray(value.values)
+    if attr_type == _A.TENSOR:
+        return gs.Constant("", np.asarray(value))
+    flat = np.asarray(value).reshape(-1) if not isinstance(value, str) else None
+    if attr_type == _A.FLOAT:
+        return float(flat[0])
+    if attr_type == _A.INT:
+        return int(flat[0])
+    if attr_type == _A.FLOATS:
+        return [float(v) for v in flat]
+    if attr_type == _A.INTS:
+        return [int(v) for v in flat]
+    if attr_type == _A.STRING:
+        return str(value)
+    return _infer(value)
+
+
+def _infer(value: Any) -> Any:
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    if isinstance(value, np.ndarray):
+        if value.size == 1 and value.ndim <= 1:
+            return value.reshape(-1)[0].item()
+        return gs.Constant("", value) if value.ndim > 1 else value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

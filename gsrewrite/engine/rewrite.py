@@ -1,0 +1,142 @@
+"""The pattern rewrite pass: every selected pattern, largest first, repeated to a fixed point.
+
+One *sweep* indexes the graph's nodes by op type, tries every compiled variant (in priority order) at every
+candidate anchor (in topological order), claims the nodes of each match so that matches never overlap, then
+replaces all matches, cleans up and sorts the graph once. Sweeps repeat until nothing matches (bounded), so
+a pattern may build on another's output (SkipLayerNormalization on a fused LayerNormalization).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx_graphsurgeon as gs
+
+from gsrewrite.engine.graph import NameSource
+from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.engine.matcher import CompiledVariant, Matcher
+from gsrewrite.engine.replace import replace_match
+from gsrewrite.engine.targets import choose_replacement
+from gsrewrite.engine.tracing import Tracer
+from gsrewrite.patterns.pattern import Pattern
+
+log = logging.getLogger(__name__)
+
+MAX_SWEEPS = 8
+
+
+@dataclass
+class MatchRecord:
+    """One applied rewrite, as reported by ``--json``."""
+
+    pattern: str
+    variant: str
+    replaced: list[str]
+    added: list[str]
+    replaced_ops: list[str]
+    added_ops: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PassResult:
+    """What a pass did: the graph, whether it changed, and how often each pattern matched."""
+
+    graph: gs.Graph
+    modified: bool
+    counts: Counter = field(default_factory=Counter)
+    records: list[MatchRecord] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    tracer: Tracer | None = None
+
+
+class RewritePass:
+    """Apply ``patterns`` for ``target``; ``functions`` holds the named checks and computations."""
+
+    def __init__(self, patterns: list[Pattern], checks: dict[str, Any], computes: dict[str, Any],
+                 target: str, *, explain: bool = False, max_sweeps: int = MAX_SWEEPS) -> None:
+        self.patterns = patterns
+        self.checks = checks
+        self.computes = computes
+        self.target = target
+        self.explain = explain
+        self.max_sweeps = max_sweeps
+
+    def run(self, graph: gs.Graph) -> PassResult:
+        result = PassResult(graph, False)
+        compiled = self._compile(int(graph.opset), result.skipped)
+        for _sweep in range(self.max_sweeps):
+            tracer = Tracer() if self.explain else None
+            matches = self._find(graph, compiled, tracer)
+            result.tracer = tracer
+            if not matches:
+                break
+            self._replace(graph, matches, result)
+        else:
+            log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
+        return result
+
+    def _compile(self, opset: int, skipped: dict[str, str]) -> list[CompiledVariant]:
+        entries = []
+        for order, pattern in enumerate(self.patterns):
+            replacement, reason = choose_replacement(pattern, self.target, opset)
+            if replacement is None:
+                skipped[pattern.name] = reason
+                log.info("pattern %s skipped: %s", pattern.name, reason)
+                continue
+            for v_order, variant in enumerate(pattern.variants):
+                key = (-pattern.variant_priority(variant), order, v_order)
+                entries.append((key, CompiledVariant.build(pattern, variant, replacement)))
+        return [cv for _key, cv in sorted(entries, key=lambda e: e[0])]
+
+    def _find(self, graph: gs.Graph, compiled: list[CompiledVariant], tracer: Tracer | None) -> list[Match]:
+        index: dict[tuple[str, str], list[gs.Node]] = {}
+        for node in graph.nodes:
+            index.setdefault((node.domain or "", node.op), []).append(node)
+        claimed: set[int] = set()
+        matcher = Matcher(graph, claimed, self.checks, tracer)
+        matches = []
+        for cv in compiled:
+            for anchor in index.get(cv.anchor_op, ()):
+                if id(anchor) in claimed:
+                    continue
+                if tracer is not None:
+                    tracer.attempt(cv.pattern.name)
+                match = matcher.match_at(cv, anchor)
+                if match is None or not self._compute(match, cv, tracer):
+                    continue
+                claimed.update(id(n) for n in match.nodes.values())
+                matches.append(match)
+        return matches
+
+    def _compute(self, match: Match, cv: CompiledVariant, tracer: Tracer | None) -> bool:
+        for value, function in match.pattern.compute.items():
+            try:
+                match.computed[value] = self.computes[function](match)
+            except CheckFailed as exc:
+                if tracer is not None:
+                    size = len(cv.variant.template.nodes)
+                    tracer.record(cv, size, match.anchor, None, None, f"compute {function}: {exc}")
+                return False
+        return True
+
+    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult) -> None:
+        names = NameSource(graph)
+        removed: set[int] = set()
+        for match in matches:
+            old = [(n.name, n.op) for n in match.nodes.values()]
+            removed.update(id(n) for n in match.nodes.values())
+            added = replace_match(graph, match, names)
+            result.counts[match.pattern.name] += 1
+            result.records.append(MatchRecord(
+                match.pattern.name, match.variant.label, [n for n, _ in old], [n.name for n in added],
+                [op for _, op in old], [n.op for n in added],
+            ))
+        graph.nodes = [n for n in graph.nodes if id(n) not in removed]
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        result.modified = True

@@ -1,0 +1,215 @@
+"""Pattern files: TOML holding a family of patterns, each a match and a replace template.
+
+Reading a pattern file never executes code: it is TOML (data) with templates in the ONNX textual syntax.
+Python enters only through *named* checks and computations that plugins register; a pattern file refers to
+them by name. See docs/writing_patterns.md for the format.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gsrewrite.errors import PatternError
+from gsrewrite.patterns.fragments import Fragment, expand
+from gsrewrite.patterns.template import Capture, TemplateGraph, parse_template
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TARGETS = ("onnx", "ort")
+_FILE_KEYS = {"family", "description", "fragment", "pattern"}
+_PATTERN_KEYS = {
+    "name", "description", "target", "opset", "priority", "constants", "optional", "checks", "compute",
+    "tolerance", "match", "replace",
+}
+
+
+@dataclass
+class Variant:
+    """One concrete match template of a pattern (a combination of fragment forms)."""
+
+    label: str
+    template: TemplateGraph
+
+    @property
+    def size(self) -> int:
+        return len(self.template.nodes)
+
+
+@dataclass
+class Pattern:
+    """A rewrite rule: match variants, one replacement, and the named Python it relies on."""
+
+    name: str
+    family: str
+    description: str
+    replacements: dict[str, TemplateGraph]
+    variants: list[Variant]
+    opset: tuple[int, int] = (1, 10_000)
+    priority: int | None = None
+    constants: frozenset[str] = frozenset()
+    optional: frozenset[str] = frozenset()
+    checks: tuple[str, ...] = ()
+    compute: dict[str, str] = field(default_factory=dict)
+    tolerance: float = 1e-4
+    source: str = ""
+    match_text: str = ""
+    replace_texts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def targets(self) -> list[str]:
+        return list(self.replacements)
+
+    def variant_priority(self, variant: Variant) -> int:
+        """Explicit priority if set, else the variant's node count: larger matches go first."""
+        return self.priority if self.priority is not None else variant.size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
+            "opset": list(self.opset), "priority": self.priority, "variants": len(self.variants),
+            "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
+            "compute": dict(self.compute), "source": self.source,
+        }
+
+
+def load_pattern(path: str | Path) -> list[Pattern]:
+    """Read a pattern file (one family, one or more patterns). Raises PatternError on any problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PatternError(f"pattern file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PatternError(f"cannot read pattern file {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PatternError(f"{path}: not valid TOML: {exc}") from None
+    return parse_pattern_data(data, str(path))
+
+
+def parse_pattern_data(data: dict[str, Any], where: str) -> list[Pattern]:
+    _no_unknown_keys(data, _FILE_KEYS, where)
+    family = _require_str(data, "family", where)
+    fragments = _fragments(data.get("fragment", []), where)
+    entries = data.get("pattern", [])
+    if not isinstance(entries, list) or not entries:
+        raise PatternError(f"{where}: needs at least one [[pattern]] table")
+    patterns = [_pattern(entry, family, fragments, where) for entry in entries]
+    names = [p.name for p in patterns]
+    for name in names:
+        if names.count(name) > 1:
+            raise PatternError(f"{where}: pattern name {name!r} used twice")
+    return patterns
+
+
+def _fragments(entries: Any, where: str) -> dict[str, Fragment]:
+    fragments: dict[str, Fragment] = {}
+    for entry in entries:
+        name = _require_str(entry, "name", f"{where}: fragment")
+        forms = entry.get("forms")
+        if not isinstance(forms, list) or not forms:
+            raise PatternError(f"{where}: fragment {name!r} needs a non-empty 'forms' list")
+        fragments[name] = Fragment(name, [parse_template(f, f"{where}: fragment {name}") for f in forms])
+    return fragments
+
+
+def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment], where: str) -> Pattern:
+    name = _require_str(entry, "name", f"{where}: pattern")
+    here = f"{where}: pattern {name!r}"
+    _no_unknown_keys(entry, _PATTERN_KEYS, here)
+    match_text = _require_str(entry, "match", here)
+    replace_texts = _replace_texts(entry, here)
+    match = parse_template(match_text, f"{here} (match)")
+    replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
+    variants = [Variant(label, t) for label, t in expand(match, fragments, f"{here} (match)")]
+    if not variants:
+        raise PatternError(f"{here}: every combination of fragment forms is degenerate")
+    pattern = Pattern(
+        name=name, family=family, description=str(entry.get("description", "")).strip(),
+        replacements=replacements, variants=variants, opset=_opset_range(entry.get("opset"), here),
+        priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
+        optional=frozenset(_str_list(entry, "optional", here)),
+        checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
+        tolerance=float(entry.get("tolerance", 1e-4)), source=where, match_text=match_text.strip(),
+        replace_texts={t: text.strip() for t, text in replace_texts.items()},
+    )
+    for target, replacement in replacements.items():
+        _check_interfaces(pattern, match, replacement, f"{here} (replace.{target})")
+    return pattern
+
+
+def _replace_texts(entry: dict[str, Any], here: str) -> dict[str, str]:
+    """``replace = "..."`` (for ``target``, default onnx) or ``replace = {onnx = "...", ort = "..."}``."""
+    value = entry.get("replace")
+    if isinstance(value, str):
+        target = entry.get("target", "onnx")
+        if target not in TARGETS:
+            raise PatternError(f"{here}: target must be one of {', '.join(TARGETS)}, not {target!r}")
+        return {target: value}
+    if isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+        unknown = set(value) - set(TARGETS)
+        if unknown:
+            raise PatternError(f"{here}: replace targets must be among {', '.join(TARGETS)}: {sorted(unknown)}")
+        if "target" in entry:
+            raise PatternError(f"{here}: give either 'target' with a replace string, or a replace table")
+        return dict(value)
+    raise PatternError(f"{here}: 'replace' must be a template string or a table of target = template")
+
+
+def _check_interfaces(p: Pattern, match: TemplateGraph, r: TemplateGraph, here: str) -> None:
+    if sorted(r.outputs) != sorted(match.outputs):
+        raise PatternError(f"{here}: replace outputs {r.outputs} differ from match outputs {match.outputs}")
+    available = set(match.inputs) | set(p.compute)
+    for name in r.inputs:
+        if name not in available:
+            raise PatternError(f"{here}: replace input {name!r} is neither a match input nor computed")
+    for name in p.constants | p.optional:
+        if name not in match.inputs:
+            raise PatternError(f"{here}: 'constants'/'optional' names {name!r}, which is not a match input")
+    captures = {v.name for n in match.nodes for v in n.attrs.values() if isinstance(v, Capture)}
+    for variant in p.variants:
+        captures |= {v.name for n in variant.template.nodes for v in n.attrs.values() if isinstance(v, Capture)}
+    refs = {v.name for n in r.nodes for v in n.attrs.values() if isinstance(v, Capture)}
+    for ref in sorted(refs - captures - set(match.inputs) - set(p.compute)):
+        raise PatternError(f"{here}: replace refers to @{ref}, which the match does not capture")
+
+
+def _opset_range(value: Any, here: str) -> tuple[int, int]:
+    if value is None:
+        return (1, 10_000)
+    if isinstance(value, int):
+        return (value, 10_000)
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return (value[0], value[1])
+    raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
+
+
+def _compute(value: Any, here: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise PatternError(f"{here}: compute must be a table of value-name = \"function-name\"")
+    return dict(value)
+
+
+def _require_str(data: dict[str, Any], key: str, where: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise PatternError(f"{where}: missing or empty '{key}'")
+    return value
+
+
+def _str_list(data: dict[str, Any], key: str, where: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PatternError(f"{where}: '{key}' must be a list of names")
+    return value
+
+
+def _no_unknown_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = set(data) - allowed
+    if unknown:
+        raise PatternError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -1,0 +1,129 @@
+"""The pattern registry: pattern files plus the named checks and computations they refer to.
+
+Plugins fill it through the ``gsrewrite_register_patterns`` hook (the built-in patterns too). Names are
+unique across everything registered: a second pattern, check or computation under a taken name raises
+:class:`DuplicateNameError` naming both providers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError
+from gsrewrite.patterns.pattern import Pattern, load_pattern
+
+PatternFunction = Callable[[Any], Any]
+
+
+class PatternRegistry:
+    """Registered patterns (in registration order), checks and computations."""
+
+    def __init__(self) -> None:
+        self._patterns: dict[str, Pattern] = {}
+        self._providers: dict[str, str] = {}
+        self.checks: dict[str, PatternFunction] = {}
+        self.computes: dict[str, PatternFunction] = {}
+        self._current = ""
+
+    @contextmanager
+    def providing(self, provider: str) -> Iterator[None]:
+        """Attribute everything registered inside the block to ``provider`` (a plugin's name)."""
+        previous, self._current = self._current, provider
+        try:
+            yield
+        finally:
+            self._current = previous
+
+    # --- registration (the hook API) ----------------------------------------------------------------
+    def add_pattern(self, pattern: Pattern, provider: str = "") -> None:
+        self._claim(f"pattern {pattern.name!r}", pattern.name, provider)
+        self._patterns[pattern.name] = pattern
+
+    def add_file(self, path: str | Path, provider: str = "") -> list[Pattern]:
+        """Load one pattern file and register its patterns."""
+        patterns = load_pattern(path)
+        for pattern in patterns:
+            self.add_pattern(pattern, provider or self._current or str(path))
+        return patterns
+
+    def add_directory(self, path: Any, provider: str = "") -> list[Pattern]:
+        """Register every ``*.toml`` pattern file below ``path`` (sorted, recursively)."""
+        root = Path(str(path))
+        if not root.is_dir():
+            raise PatternError(f"pattern directory not found: {root}")
+        found: list[Pattern] = []
+        for file in sorted(root.rglob("*.toml")):
+            found.extend(self.add_file(file, provider))
+        return found
+
+    def add_check(self, name: str, function: PatternFunction, provider: str = "") -> None:
+        """A named check: ``function(match) -> str | None`` (a reason when the match must be rejected)."""
+        self._claim(f"check {name!r}", f"check:{name}", provider)
+        self.checks[name] = function
+
+    def add_compute(self, name: str, function: PatternFunction, provider: str = "") -> None:
+        """A named computation: ``function(match) -> value``; may raise CheckFailed to reject the match."""
+        self._claim(f"computation {name!r}", f"compute:{name}", provider)
+        self.computes[name] = function
+
+    def _claim(self, what: str, key: str, provider: str) -> None:
+        provider = provider or self._current
+        if key in self._providers:
+            raise DuplicateNameError(
+                f"{what} from {provider or 'unknown'} is already registered by {self._providers[key] or 'unknown'}"
+            )
+        self._providers[key] = provider
+
+    # --- queries ------------------------------------------------------------------------------------
+    @property
+    def patterns(self) -> list[Pattern]:
+        return list(self._patterns.values())
+
+    def families(self) -> dict[str, list[Pattern]]:
+        result: dict[str, list[Pattern]] = {}
+        for pattern in self._patterns.values():
+            result.setdefault(pattern.family, []).append(pattern)
+        return result
+
+    def provider(self, name: str) -> str:
+        return self._providers.get(name, "")
+
+    def get(self, name: str) -> Pattern:
+        if name not in self._patterns:
+            raise UnknownPatternError(f"unknown pattern {name!r}; known: {self._known()}")
+        return self._patterns[name]
+
+    def select(self, names: Iterable[str]) -> list[Pattern]:
+        """Patterns for ``--pattern`` values: ``all``, a family name, or a pattern name (in registry order)."""
+        wanted: set[str] = set()
+        families = self.families()
+        for name in names:
+            if name == "all":
+                wanted.update(self._patterns)
+            elif name in self._patterns:
+                wanted.add(name)
+            elif name in families:
+                wanted.update(p.name for p in families[name])
+            else:
+                raise UnknownPatternError(f"unknown pattern or family {name!r}; known: {self._known()}")
+        return [p for p in self._patterns.values() if p.name in wanted]
+
+    def verify(self, patterns: Iterable[Pattern]) -> None:
+        """Every check and computation the patterns name must be registered."""
+        for pattern in patterns:
+            for check in pattern.checks:
+                if check not in self.checks:
+                    raise PatternError(f"pattern {pattern.name!r} ({pattern.source}) uses unknown check {check!r}")
+            for value, function in pattern.compute.items():
+                if function not in self.computes:
+                    raise PatternError(
+                        f"pattern {pattern.name!r} ({pattern.source}) computes {value!r} with unknown "
+                        f"function {function!r}"
+                    )
+
+    def _known(self) -> str:
+        names = sorted(set(self._patterns) | set(self.families()))
+        return ", ".join(["all", *names])

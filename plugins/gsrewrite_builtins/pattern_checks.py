@@ -1,0 +1,85 @@
+"""Named checks used by the built-in pattern files: ``check(match) -> reason | None``.
+
+A check reads the match (never edits the graph) and returns a short reason when the match must be
+rejected; ``--explain`` shows that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from gsrewrite.engine.match import Match
+
+
+def trailing_axes(match: Match) -> str | None:
+    """The captured reduction ``axes`` are the trailing axes of ``x`` (what LayerNormalization normalizes)."""
+    axes = _negative_axes(match, "axes", "x")
+    if isinstance(axes, str):
+        return axes
+    if sorted(axes) != list(range(-len(axes), 0)):
+        return f"reduces over axes {list(axes)}, not the trailing ones"
+    return None
+
+
+def norm_parameters(match: Match) -> str | None:
+    """``scale`` and ``bias`` (when present) have the normalized shape, at most with leading 1s."""
+    axes = _negative_axes(match, "axes", "x")
+    if isinstance(axes, str):
+        return axes
+    shape = match.shape("x")
+    trailing = shape[len(shape) - len(axes):] if shape is not None else None
+    for name in ("scale", "bias"):
+        value = match.constant(name)
+        if value is None:
+            continue
+        dims = list(value.shape)
+        while len(dims) > len(axes) and dims[0] == 1:
+            dims.pop(0)
+        if len(dims) > len(axes) or (trailing is not None and all(isinstance(d, int) for d in trailing)
+                                     and dims != list(trailing)):
+            return f"{name} has shape {list(value.shape)}, not the normalized shape {trailing}"
+    return None
+
+
+def inference_batchnorm(match: Match) -> str | None:
+    """The BatchNormalization runs in inference mode and its statistics are constants."""
+    node = match.node("bn")
+    if node is not None and int(node.attrs.get("training_mode", 0)) != 0:
+        return "BatchNormalization runs in training mode"
+    return None
+
+
+def gemm_compatible(match: Match) -> str | None:
+    """MatMul + Add is a valid Gemm: 2-D A, constant 2-D B, bias broadcastable to [M, N] along rows."""
+    a_shape = match.shape("a")
+    b = match.constant("b")
+    bias = match.constant("bias")
+    if a_shape is None or len(a_shape) != 2:
+        return f"A has rank {len(a_shape) if a_shape is not None else 'unknown'}, Gemm needs 2"
+    if b is None or b.ndim != 2:
+        return "B is not a constant matrix"
+    if bias is None or bias.ndim > 2 or (bias.ndim >= 1 and bias.shape[-1] not in (1, b.shape[1])):
+        return "the bias does not broadcast along Gemm's output rows"
+    if bias.ndim == 2 and bias.shape[0] != 1 and bias.shape[0] != a_shape[0]:
+        return f"bias shape {list(bias.shape)} does not fit [M, N]"
+    return None
+
+
+def _negative_axes(match: Match, capture: str, tensor: str) -> list[int] | str:
+    axes = [int(a) for a in np.asarray(match.value(capture)).reshape(-1)]
+    if all(a < 0 for a in axes):
+        return axes
+    shape = match.shape(tensor)
+    if shape is None:
+        return f"axes {axes} are not negative and the rank of {tensor} is unknown"
+    return [a - len(shape) if a >= 0 else a for a in axes]
+
+
+CHECKS: dict[str, Callable[[Match], str | None]] = {
+    "trailing_axes": trailing_axes,
+    "norm_parameters": norm_parameters,
+    "inference_batchnorm": inference_batchnorm,
+    "gemm_compatible": gemm_compatible,
+}

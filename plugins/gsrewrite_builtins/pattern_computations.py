@@ -1,0 +1,60 @@
+"""Named computations used by the built-in pattern files: ``compute(match) -> value``.
+
+A computation derives a value the replacement needs (an attribute, or a new constant such as folded
+weights); it may reject the match by raising :class:`gsrewrite.engine.CheckFailed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from gsrewrite.engine.match import CheckFailed, Match
+
+
+def first_axis(match: Match) -> int:
+    """The first normalized axis (negative) of the captured ``axes``: LayerNormalization's ``axis``."""
+    axes = [int(a) for a in np.asarray(match.value("axes")).reshape(-1)]
+    shape = match.shape("x")
+    rank = len(shape) if shape is not None else 0
+    return min(a - rank if a >= 0 else a for a in axes)
+
+
+def _bn_scale(match: Match) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel factor ``gamma / sqrt(var + eps)`` and the conv weight, both as float64."""
+    weight = match.constant("w")
+    gamma, var = match.constant("scale"), match.constant("var")
+    if weight is None or gamma is None or var is None:
+        raise CheckFailed("the Conv weight and BatchNormalization statistics must be constants")
+    eps = float(match.value("eps"))
+    factor = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    if factor.shape != (weight.shape[0],):
+        raise CheckFailed(f"{factor.shape[0]} BatchNormalization channels for {weight.shape[0]} Conv outputs")
+    return factor, weight
+
+
+def bn_fold_weight(match: Match) -> np.ndarray:
+    """Conv weight scaled per output channel by the BatchNormalization factor."""
+    factor, weight = _bn_scale(match)
+    folded = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
+    return folded.astype(weight.dtype)
+
+
+def bn_fold_bias(match: Match) -> np.ndarray:
+    """Conv bias after BatchNormalization: ``(b - mean) * factor + beta``."""
+    factor, weight = _bn_scale(match)
+    mean, beta = match.constant("mean"), match.constant("shift")
+    if mean is None or beta is None:
+        raise CheckFailed("BatchNormalization mean and bias must be constants")
+    bias = match.constant("b")
+    base = bias.astype(np.float64) if bias is not None else np.zeros(weight.shape[0])
+    return ((base - mean.astype(np.float64)) * factor + beta.astype(np.float64)).astype(weight.dtype)
+
+
+COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
+    "first_axis": first_axis,
+    "bn_fold_weight": bn_fold_weight,
+    "bn_fold_bias": bn_fold_bias,
+}
