@@ -54,13 +54,29 @@ def _foldable(node: gs.Node, graph_outputs: set[int], outer: set[str]) -> bool:
         return False
     if any(id(t) in graph_outputs or t.name in outer for t in node.outputs):
         return False
-    if node.op in ("Shape", "Size", "CastLike") and node.inputs and _static(node.inputs[0]):
-        return all(isinstance(t, gs.Constant) or is_empty(t) for t in node.inputs[1:]) or node.op == "CastLike"
-    return bool(node.inputs) and all(isinstance(t, gs.Constant) or is_empty(t) for t in node.inputs)
+    if not node.inputs:
+        return False
+    if node.op in ("Shape", "Size"):  # only the (static) shape of the input matters
+        return _static_shape(node.inputs[0])
+    if node.op == "CastLike":  # only the dtype of the second input matters
+        return _constant(node.inputs[0]) and len(node.inputs) == 2 and _known_dtype(node.inputs[1])
+    return all(_constant(t) or is_empty(t) for t in node.inputs)
 
 
-def _static(tensor: gs.Tensor) -> bool:
-    return tensor.shape is not None and tensor.dtype is not None and all(isinstance(d, int) for d in tensor.shape)
+def _constant(tensor: gs.Tensor) -> bool:
+    return isinstance(tensor, gs.Constant)
+
+
+def _known_dtype(tensor: gs.Tensor) -> bool:
+    try:
+        np.dtype(tensor.dtype)
+    except TypeError:
+        return False
+    return tensor.dtype is not None
+
+
+def _static_shape(tensor: gs.Tensor) -> bool:
+    return tensor.shape is not None and _known_dtype(tensor) and all(isinstance(d, int) for d in tensor.shape)
 
 
 def _input_bytes(node: gs.Node) -> int:
@@ -86,8 +102,9 @@ def _evaluate(node: gs.Node, opset: int) -> list[np.ndarray] | None:
 
 
 def _placeholder(tensor: gs.Tensor) -> np.ndarray:
-    """A zero array with the tensor's static shape and dtype (its values are never read)."""
-    return np.zeros(tensor.shape, dtype=np.dtype(tensor.dtype))
+    """A zero array with the tensor's static shape (else a scalar) and dtype: its values are never read."""
+    shape = tensor.shape if _static_shape(tensor) else ()
+    return np.zeros(shape, dtype=np.dtype(tensor.dtype))
 
 
 def _single_node_model(node: gs.Node, inputs: list[str], feeds: dict[str, np.ndarray], opset: int) -> onnx.ModelProto:

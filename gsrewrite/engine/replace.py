@@ -35,7 +35,7 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
     for name, value in replacement.constants.items():
         env[name] = gs.Constant(names(f"{stamp}/{name}"), np.asarray(value))
     for name in replacement.outputs:
-        env[name] = match.tensors[name]
+        env[name] = match.tensors[match.variant.outputs.get(name, name)]
     inherited = {label: dict(node.attrs) for label, node in match.nodes.items()}
     detach(match.nodes.values())
     single = len(replacement.nodes) == 1

@@ -35,6 +35,8 @@ class Variant:
 
     label: str
     template: TemplateGraph
+    #: the pattern's output names -> the name this variant binds them to (optional steps alias them)
+    outputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -126,7 +128,8 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
     replace_texts = _replace_texts(entry, here)
     match = parse_template(match_text, f"{here} (match)")
     replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
-    variants = [Variant(label, t) for label, t in expand(match, fragments, f"{here} (match)")]
+    variants = [Variant(label, t, dict(zip(match.outputs, t.outputs)))
+                for label, t in expand(match, fragments, f"{here} (match)")]
     if not variants:
         raise PatternError(f"{here}: every combination of fragment forms is degenerate")
     pattern = Pattern(

@@ -1,0 +1,86 @@
+"""``gsrewrite apply`` and ``gsrewrite explain``: pattern rewrites, validated by onnxruntime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gsrewrite.cli._output import console, emit_json, json_option
+from gsrewrite.cli._rewrite_report import print_explain, print_summary
+from gsrewrite.cli._validation_options import validation_options
+
+_target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
+                              help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+_pattern_options = [
+    click.option("-p", "--pattern", "patterns", multiple=True, metavar="NAME",
+                 help="Pattern or family name, or 'all' (repeatable; default: all)."),
+    click.option("--pattern-file", "pattern_files", multiple=True, type=click.Path(dir_okay=False),
+                 help="Extra pattern file (TOML) to apply (repeatable)."),
+    click.option("--opset", type=click.IntRange(min=1), default=None,
+                 help="Convert the model to this opset first (allows e.g. Gelu-20 with --target onnx)."),
+]
+
+
+def pattern_options(func: Any) -> Any:
+    for option in reversed(_pattern_options):
+        func = option(func)
+    return _target_option(func)
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the result.")
+@pattern_options
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
+@click.option("--explain", is_flag=True, help="Also report, per pattern, the deepest near miss and why.")
+@click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+@validation_options
+@json_option
+def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None,
+          target: str, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
+          as_json: bool) -> None:
+    """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT."""
+    from gsrewrite.model_io import check_output_path, save_model
+
+    check_output_path(output, input_path=model, in_place=in_place)
+    result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation)
+    save_model(result.model, output, input_path=model, in_place=in_place)
+    _report(result, size_before, explain, as_json)
+
+
+@click.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@pattern_options
+@json_option
+def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
+            as_json: bool) -> None:
+    """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
+    result, size_before = _run(model, patterns, pattern_files, opset, target, False, True, {})
+    _report(result, size_before, True, as_json)
+
+
+def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
+         validate: bool, explain: bool, validation: dict[str, Any]) -> tuple[Any, int]:
+    from gsrewrite.engine import apply as run_apply
+    from gsrewrite.model_io import load_model
+
+    original = load_model(model)
+    names = list(patterns) or ([] if files else ["all"])
+    with console().status("rewriting...", spinner="dots"):
+        result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
+                           explain=explain, opset=opset, validation_options=validation)
+    return result, original.ByteSize()
+
+
+def _report(result: Any, size_before: int, explain: bool, as_json: bool) -> None:
+    if as_json:
+        data = result.to_dict()
+        data["size_before"], data["size_after"] = size_before, result.model.ByteSize()
+        emit_json(data)
+        return
+    out = console()
+    print_summary(out, result, size_before, result.model.ByteSize())
+    if explain:
+        print_explain(out, result)

@@ -1,0 +1,54 @@
+"""``gsrewrite patterns list|show``: the registered patterns and their templates."""
+
+from __future__ import annotations
+
+import click
+
+from gsrewrite.cli._output import console, emit_json, json_option, table
+
+
+@click.group()
+def patterns() -> None:
+    """List registered patterns or show one."""
+
+
+@patterns.command("list")
+@json_option
+def list_patterns(as_json: bool) -> None:
+    """Every registered pattern: family, targets, variants, size and where it comes from."""
+    from gsrewrite.patterns import default_registry
+
+    registry = default_registry()
+    entries = [p.to_dict() | {"provider": registry.provider(p.name)} for p in registry.patterns]
+    if as_json:
+        emit_json(entries)
+        return
+    rows = [(e["name"], e["family"], ",".join(e["targets"]), e["variants"], e["nodes"], e["description"])
+            for e in entries]
+    console().print(table("Patterns", ("name", "family", "targets", "variants", "nodes", "description"), rows))
+
+
+@patterns.command("show")
+@click.argument("name")
+@json_option
+def show_pattern(name: str, as_json: bool) -> None:
+    """Print pattern NAME: header, match template and replacement per target."""
+    from gsrewrite.patterns import default_registry
+
+    pattern = default_registry().get(name)
+    if as_json:
+        emit_json(pattern.to_dict() | {"match": pattern.match_text, "replace": pattern.replace_texts})
+        return
+    out = console()
+    out.print(f"[bold]{pattern.name}[/bold] (family {pattern.family}) - {pattern.description}")
+    out.print(f"source: {pattern.source}")
+    details = {"constants": sorted(pattern.constants), "optional": sorted(pattern.optional),
+               "checks": list(pattern.checks), "compute": pattern.compute}
+    for key, value in details.items():
+        if value:
+            out.print(f"{key}: {value}")
+    out.print("match:", markup=False)
+    out.print(pattern.match_text, markup=False, highlight=False)
+    for target, text in pattern.replace_texts.items():
+        out.print(f"replace ({target}):", markup=False)
+        out.print(text, markup=False, highlight=False)
