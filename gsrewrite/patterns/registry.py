@@ -103,10 +103,10 @@ class PatternRegistry:
         for name in names:
             if name == "all":
                 wanted.update(self._patterns)
+            elif name in families:  # a family name selects all its patterns, even if one shares the name
+                wanted.update(p.name for p in families[name])
             elif name in self._patterns:
                 wanted.add(name)
-            elif name in families:
-                wanted.update(p.name for p in families[name])
             else:
                 raise UnknownPatternError(f"unknown pattern or family {name!r}; known: {self._known()}")
         return [p for p in self._patterns.values() if p.name in wanted]
