@@ -2,7 +2,7 @@
 
 Subcommands live in one module each under ``gsrewrite.cli`` and are imported only when used, so that
 ``gsrewrite --help`` and ``gsrewrite info`` do not pay for onnxruntime. Plugins add commands through the
-``gsrewrite_add_cli_commands`` hook.
+``gsrewrite_cli_commands`` hook.
 """
 
 from __future__ import annotations
@@ -94,10 +94,16 @@ def _plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
     obj = ctx.ensure_object(dict)
     if "plugin_commands" not in obj:
         obj["plugin_commands"] = {}
+        # subcommands are resolved before the group callback runs: apply the group's options here first
+        params = ctx.params
+        _configure_logging(params.get("verbose", 0), params.get("quiet", 0))
+        disabled = tuple(params.get("disabled_plugins", ()))
         try:
-            from gsrewrite.plugin_manager import collect_cli_commands
+            from gsrewrite.plugin_manager import collect_cli_commands, set_disabled
 
-            obj["plugin_commands"] = collect_cli_commands(obj.get("disabled_plugins", ()))
+            if disabled:
+                set_disabled(disabled)
+            obj["plugin_commands"] = collect_cli_commands(disabled)
         except GsrewriteError as exc:
             log.warning("plugin commands unavailable: %s", one_line(exc))
         except ImportError:
@@ -113,7 +119,6 @@ def _configure_logging(verbose: int, quiet: int) -> None:
     root = logging.getLogger("gsrewrite")
     root.handlers[:] = [handler]
     root.setLevel(level)
-    root.propagate = False
 
 
 @click.group(cls=GsrewriteGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -10,6 +10,7 @@ from typing import Any
 import click
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
@@ -66,9 +67,10 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
 
 
 def _cell(value: Any) -> str:
+    """Cell text; rich markup in data (e.g. a shape '[batch, 4]') is escaped, never interpreted."""
     if isinstance(value, float):
         return f"{value:.3g}" if value == value else "nan"
-    return "" if value is None else str(value)
+    return "" if value is None else escape(str(value))
 
 
 def _is_number(text: str) -> bool:

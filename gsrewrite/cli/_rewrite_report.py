@@ -30,7 +30,7 @@ def print_summary(out: Console, result: Any, size_before: int, size_after: int) 
         out.print(f"Skipped {name}: {why}")
     if result.validation is not None:
         verdict = "[green]OK[/green]" if result.validation.ok else "[red]FAILED[/red]"
-        out.print(f"Validation: {verdict} {result.validation.summary()}")
+        out.print(f"Validation: {verdict} {result.validation.summary().removeprefix('OK: ').removeprefix('FAILED: ')}")
 
 
 def print_explain(out: Console, result: Any) -> None:

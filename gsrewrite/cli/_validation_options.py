@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add --inputs, --input-shape, --runs, --atol, --rtol, --seed; the command receives ``validation``,
     a dict of keyword arguments for :func:`gsrewrite.validate`."""
     options = [
-        click.option("--inputs", "v_inputs", type=click.Path(dir_okay=False), metavar="FILE.npz",
+        click.option("--inputs", "v_inputs", metavar="FILE.npz",
                      help="Input arrays (keys = input names) instead of generated inputs."),
         click.option("--input-shape", "v_shapes", multiple=True, metavar="NAME:1x128|DIM=2",
                      help="Shape of a generated input, or size of a symbolic dim (repeatable)."),
@@ -26,12 +27,11 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Seed of the generated inputs."),
     ]
 
+    @functools.wraps(func)  # keeps click's __click_params__ gathered so far
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         kwargs["validation"] = collect(kwargs)
         return func(*args, **kwargs)
 
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
     wrapped: Callable[..., Any] = wrapper
     for option in reversed(options):
         wrapped = option(wrapped)

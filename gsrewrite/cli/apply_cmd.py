@@ -9,13 +9,14 @@ import click
 from gsrewrite.cli._output import console, emit_json, json_option
 from gsrewrite.cli._rewrite_report import print_explain, print_summary
 from gsrewrite.cli._validation_options import validation_options
+from gsrewrite.model_io import serialized_size
 
 _target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
                               help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
 _pattern_options = [
     click.option("-p", "--pattern", "patterns", multiple=True, metavar="NAME",
                  help="Pattern or family name, or 'all' (repeatable; default: all)."),
-    click.option("--pattern-file", "pattern_files", multiple=True, type=click.Path(dir_okay=False),
+    click.option("--pattern-file", "pattern_files", multiple=True, metavar="FILE",
                  help="Extra pattern file (TOML) to apply (repeatable)."),
     click.option("--opset", type=click.IntRange(min=1), default=None,
                  help="Convert the model to this opset first (allows e.g. Gelu-20 with --target onnx)."),
@@ -29,8 +30,8 @@ def pattern_options(func: Any) -> Any:
 
 
 @click.command()
-@click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the result.")
+@click.argument("model")
+@click.option("-o", "--output", required=True, help="Where to write the result.")
 @pattern_options
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
@@ -51,7 +52,7 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 
 
 @click.command()
-@click.argument("model", type=click.Path(dir_okay=False))
+@click.argument("model")
 @pattern_options
 @json_option
 def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
@@ -64,23 +65,23 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
          validate: bool, explain: bool, validation: dict[str, Any]) -> tuple[Any, int]:
     from gsrewrite.engine import apply as run_apply
-    from gsrewrite.model_io import load_model
+    from gsrewrite.model_io import load_model, serialized_size
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
     with console().status("rewriting...", spinner="dots"):
         result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
                            explain=explain, opset=opset, validation_options=validation)
-    return result, original.ByteSize()
+    return result, serialized_size(original)
 
 
 def _report(result: Any, size_before: int, explain: bool, as_json: bool) -> None:
     if as_json:
         data = result.to_dict()
-        data["size_before"], data["size_after"] = size_before, result.model.ByteSize()
+        data["size_before"], data["size_after"] = size_before, serialized_size(result.model)
         emit_json(data)
         return
     out = console()
-    print_summary(out, result, size_before, result.model.ByteSize())
+    print_summary(out, result, size_before, serialized_size(result.model))
     if explain:
         print_explain(out, result)

@@ -135,9 +135,10 @@ def _canonical_operands(node: gs.Node, opset: int) -> None:
             del node.inputs[moved.index]
     if node.op == "Clip" and opset < opforms.CLIP_SINCE and ("min" in node.attrs or "max" in node.attrs):
         dtype = node.inputs[0].dtype or np.float32
-        low, high = node.attrs.pop("min", None), node.attrs.pop("max", None)
-        node.inputs.append(gs.Constant(f"{node.name}_min", np.array(low, dtype)) if low is not None else gs.Variable.empty())
-        node.inputs.append(gs.Constant(f"{node.name}_max", np.array(high, dtype)) if high is not None else gs.Variable.empty())
+        for bound in ("min", "max"):
+            value = node.attrs.pop(bound, None)
+            node.inputs.append(gs.Constant(f"{node.name}_{bound}", np.array(value, dtype))
+                               if value is not None else gs.Variable.empty())
 
 
 def _fill_defaults(node: gs.Node, opset: int) -> None:

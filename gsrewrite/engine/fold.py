@@ -39,7 +39,7 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
         values = _evaluate(node, int(graph.opset))
         if values is None or sum(v.nbytes for v in values) > max(max_bytes, _input_bytes(node)):
             continue
-        for tensor, value in zip(list(node.outputs), values):
+        for tensor, value in zip(list(node.outputs), values, strict=True):
             tensor.to_constant(np.asarray(value))
         node.outputs.clear()
         node.inputs.clear()

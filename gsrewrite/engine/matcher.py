@@ -140,7 +140,7 @@ class Matcher:
             new.nmap[index], new.caps = gn, dict(caps)
             new.used.add(id(gn))
             if self._bind_outputs(tn, gn, new) and all(
-                self._bind_input(name, g_inputs[i], new, tn, gn) for name, i in zip(t_inputs, order)
+                self._bind_input(name, g_inputs[i], new, tn, gn) for name, i in zip(t_inputs, order, strict=True)
             ):
                 yield new
 
@@ -188,7 +188,7 @@ class Matcher:
         return caps
 
     def _bind_outputs(self, tn: TNode, gn: gs.Node, state: _State) -> bool:
-        for name, tensor in zip(tn.outputs, gn.outputs):
+        for name, tensor in zip(tn.outputs, gn.outputs, strict=False):  # extra outputs checked unused
             if not name:
                 continue
             bound = state.tmap.get(name)
@@ -306,7 +306,7 @@ def _same(a: Any, b: Any) -> bool:
         except (TypeError, ValueError):
             return False
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, float) or isinstance(b, float):
         try:
             return bool(np.isclose(float(a), float(b), rtol=1e-6, atol=0))

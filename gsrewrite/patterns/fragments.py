@@ -59,8 +59,8 @@ def _expand_once(t: TemplateGraph, fragments: dict[str, Fragment], where: str, p
             raise PatternError(f"{where}: unknown fragment alt.{call.op} (fragments in this file: {known})")
     choices = [list(enumerate(fragments[c.op].forms)) for c in calls]
     for combo in itertools.product(*choices):
-        label = prefix + "".join(f",{c.label}={i}" for c, (i, _) in zip(calls, combo))
-        variant = _inline_all(t, list(zip(calls, (form for _, form in combo))), where)
+        label = prefix + "".join(f",{c.label}={i}" for c, (i, _) in zip(calls, combo, strict=True))
+        variant = _inline_all(t, list(zip(calls, (form for _, form in combo), strict=True)), where)
         if variant is not None:
             yield label, variant
 
@@ -85,8 +85,8 @@ def _inline(call: TNode, form: TemplateGraph, constants: dict, where: str) -> li
             f"{where}: alt.{call.op} is called with {len(call.inputs)} inputs/{len(call.outputs)} outputs "
             f"but a form has {len(form.inputs)}/{len(form.outputs)}"
         )
-    rename = dict(zip(form.inputs, call.inputs))
-    rename.update(zip(form.outputs, call.outputs))
+    rename = dict(zip(form.inputs, call.inputs, strict=True))
+    rename.update(zip(form.outputs, call.outputs, strict=True))
     for name, value in form.constants.items():
         rename[name] = f"{call.label}/{name}"
         constants[rename[name]] = value

@@ -128,7 +128,7 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
     replace_texts = _replace_texts(entry, here)
     match = parse_template(match_text, f"{here} (match)")
     replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
-    variants = [Variant(label, t, dict(zip(match.outputs, t.outputs)))
+    variants = [Variant(label, t, dict(zip(match.outputs, t.outputs, strict=True)))
                 for label, t in expand(match, fragments, f"{here} (match)")]
     if not variants:
         raise PatternError(f"{here}: every combination of fragment forms is degenerate")

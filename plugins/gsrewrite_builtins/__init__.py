@@ -1,1 +1,11 @@
-"""gsrewrite's built-in plugins: they use the same hooks as third-party plugins."""
+"""gsrewrite's built-in plugins: they use the same hooks as third-party plugins.
+
+The plugin manager registers every module of :data:`BUILTIN_PLUGINS` directly (as ``builtin:<module>``),
+not through entry points, so the built-ins stay loaded when plugin autoloading is disabled.
+"""
+
+#: Importable modules holding the built-in hook implementations.
+BUILTIN_PLUGINS: list[str] = [
+    "gsrewrite_builtins.patterns",
+    "gsrewrite_builtins.profilers",
+]

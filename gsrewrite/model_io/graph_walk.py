@@ -1,0 +1,93 @@
+"""Walking an ONNX model: its graphs (with If/Loop/Scan subgraphs), nodes and tensors.
+
+Every check in :mod:`gsrewrite.model_io` and the summary in :mod:`gsrewrite.info` need to visit the same
+places: the main graph, every subgraph nested in node attributes, and the bodies of model-local functions.
+The walkers here yield each item together with a short human-readable description of where it lives, so
+error messages can name it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
+
+
+def node_label(node: NodeProto, index: int) -> str:
+    """``'name' (OpType)`` for a named node, ``#index (OpType)`` for an anonymous one."""
+    name = f"'{node.name}'" if node.name else f"#{index}"
+    return f"{name} ({node.op_type})"
+
+
+def node_subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
+    """The subgraphs held in the node's attributes (If branches, Loop/Scan bodies), with attribute names."""
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            yield attr.name, attr.g
+        elif attr.type == AttributeProto.GRAPHS:
+            for i, graph in enumerate(attr.graphs):
+                yield f"{attr.name}[{i}]", graph
+
+
+def iter_graphs(model: ModelProto) -> Iterator[tuple[GraphProto, str]]:
+    """The main graph and every subgraph, depth first, each with a description of where it sits."""
+    yield from _graphs_in(model.graph, "the main graph")
+    for function in model.functions:
+        for i, node in enumerate(function.node):
+            for attr_name, sub in node_subgraphs(node):
+                yield from _graphs_in(sub, _sub_where(attr_name, node, i, f"function '{function.name}'"))
+
+
+def _graphs_in(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
+    yield graph, where
+    for i, node in enumerate(graph.node):
+        for attr_name, sub in node_subgraphs(node):
+            yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
+
+
+def _sub_where(attr_name: str, node: NodeProto, index: int, parent: str) -> str:
+    return f"subgraph '{attr_name}' of node {node_label(node, index)} in {parent}"
+
+
+def iter_nodes(model: ModelProto) -> Iterator[NodeProto]:
+    """Every node of every graph and subgraph (function bodies excluded)."""
+    for graph, _ in _graphs_in(model.graph, "the main graph"):
+        yield from graph.node
+
+
+def iter_tensors(model: ModelProto) -> Iterator[tuple[TensorProto, str]]:
+    """Every tensor stored in the model, with a description naming it.
+
+    Covers initializers and sparse initializers of all graphs, and tensor-valued attributes (``Constant``
+    values, ``ConstantOfShape`` values, ...) of nodes in all graphs and in function bodies.
+    """
+    for graph, where in iter_graphs(model):
+        for tensor in graph.initializer:
+            yield tensor, f"initializer '{tensor.name}'"
+        for sparse in graph.sparse_initializer:
+            yield from _sparse_parts(sparse, f"sparse initializer '{sparse.values.name}'")
+        yield from _attribute_tensors(graph.node, where)
+    for function in model.functions:
+        yield from _attribute_tensors(function.node, f"function '{function.name}'")
+
+
+def _attribute_tensors(nodes: Iterable[NodeProto], where: str) -> Iterator[tuple[TensorProto, str]]:
+    for i, node in enumerate(nodes):
+        for attr in node.attribute:
+            label = f"attribute '{attr.name}' of node {node_label(node, i)} in {where}"
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t, label
+            elif attr.type == AttributeProto.TENSORS:
+                for k, tensor in enumerate(attr.tensors):
+                    yield tensor, f"{label} [{k}]"
+            elif attr.type == AttributeProto.SPARSE_TENSOR:
+                yield from _sparse_parts(attr.sparse_tensor, label)
+            elif attr.type == AttributeProto.SPARSE_TENSORS:
+                for k, sparse in enumerate(attr.sparse_tensors):
+                    yield from _sparse_parts(sparse, f"{label} [{k}]")
+
+
+def _sparse_parts(sparse: onnx.SparseTensorProto, label: str) -> Iterator[tuple[TensorProto, str]]:
+    yield sparse.values, f"values of {label}"
+    yield sparse.indices, f"indices of {label}"

@@ -1,0 +1,179 @@
+"""Structural checks of a model's graphs: single assignment, no dangling references, no cycles.
+
+:func:`check_structure` runs on load and again after every rewrite. It walks the main graph, every
+If/Loop/Scan subgraph (which may read values of the enclosing graphs, the *outer scope*) and every
+model-local function body, and raises :class:`~gsrewrite.errors.InvalidModelError` naming the first
+offending graph, node and tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
+
+from gsrewrite.errors import InvalidModelError
+from gsrewrite.model_io.graph_walk import node_label, node_subgraphs
+
+
+@dataclass(frozen=True)
+class _Body:
+    """What the checks need from a graph or a function body."""
+
+    where: str
+    nodes: Sequence[NodeProto]
+    inputs: Sequence[str]
+    outputs: Sequence[str]
+    initializers: Sequence[str] = field(default_factory=tuple)
+    nested: bool = False  # a subgraph, which may read values of enclosing graphs
+
+    @classmethod
+    def of_graph(cls, graph: GraphProto, where: str, nested: bool = False) -> _Body:
+        inits = [t.name for t in graph.initializer] + [s.values.name for s in graph.sparse_initializer]
+        inputs, outputs = [v.name for v in graph.input], [v.name for v in graph.output]
+        return cls(where, graph.node, inputs, outputs, inits, nested)
+
+    @classmethod
+    def of_function(cls, function: FunctionProto) -> _Body:
+        where = (
+            f"function '{function.domain}.{function.name}'"
+            if function.domain
+            else f"function '{function.name}'"
+        )
+        return cls(where, function.node, function.input, function.output)
+
+
+def check_structure(model: ModelProto) -> None:
+    """Raise InvalidModelError unless every graph of the model is a well-formed DAG.
+
+    Checked in the main graph, all subgraphs and all function bodies: no name is produced twice (by two
+    nodes, or by a node and a graph input/initializer); graph inputs, initializers and outputs are not
+    listed twice; every node input and graph output is a graph input, an initializer, a node output, or
+    (in subgraphs) a value of an enclosing graph; the nodes form no cycle (subgraph reads count as
+    inputs of the node holding the subgraph).
+    """
+    if not model.HasField("graph"):
+        raise InvalidModelError("the model has no graph")
+    _check_body(_Body.of_graph(model.graph, "the main graph"), frozenset())
+    for function in model.functions:
+        _check_body(_Body.of_function(function), frozenset())
+
+
+def _check_body(body: _Body, outer: frozenset[str]) -> set[str]:
+    """Check one graph; return the outer-scope names it reads."""
+    declared = _declared_names(body)
+    producers = _producers(body, declared)
+    local = outer | declared | producers.keys()
+    free: set[str] = set()
+    deps: list[set[int]] = []
+    for i, node in enumerate(body.nodes):
+        reads = [name for name in node.input if name]
+        for attr_name, sub in node_subgraphs(node):
+            where = f"subgraph '{attr_name}' of node {node_label(node, i)} in {body.where}"
+            reads.extend(sorted(_check_body(_Body.of_graph(sub, where, nested=True), local)))
+        deps.append(set())
+        for name in reads:
+            if name in producers:
+                deps[i].add(producers[name])
+            elif name not in declared:
+                _require_outer(name, outer, f"node {node_label(node, i)} in {body.where} reads", body)
+                free.add(name)
+    _check_outputs(body, declared, producers, outer, free)
+    _check_acyclic(body, deps)
+    return free
+
+
+def _require_outer(name: str, outer: frozenset[str], subject: str, body: _Body) -> None:
+    if name not in outer:
+        known = "a graph input, an initializer"
+        if body.nested:
+            known += ", the output of any node or a value of an enclosing graph"
+        else:
+            known += " or the output of any node"
+        raise InvalidModelError(f"{subject} '{name}', which is not {known}")
+
+
+def _declared_names(body: _Body) -> set[str]:
+    for kind, names in (("input", body.inputs), ("initializer", body.initializers)):
+        duplicate = _first_duplicate(names)
+        if duplicate is not None:
+            raise InvalidModelError(f"{body.where} lists {kind} '{duplicate}' twice")
+    return set(body.inputs) | set(body.initializers)
+
+
+def _producers(body: _Body, declared: set[str]) -> dict[str, int]:
+    producers: dict[str, int] = {}
+    for i, node in enumerate(body.nodes):
+        for name in node.output:
+            if not name:
+                continue
+            if name in producers:
+                first = node_label(body.nodes[producers[name]], producers[name])
+                raise InvalidModelError(
+                    f"tensor '{name}' in {body.where} is produced by two nodes, "
+                    f"{first} and {node_label(node, i)}"
+                )
+            if name in declared:
+                raise InvalidModelError(
+                    f"node {node_label(node, i)} in {body.where} produces '{name}', "
+                    "which is already a graph input or initializer"
+                )
+            producers[name] = i
+    return producers
+
+
+def _check_outputs(
+    body: _Body, declared: set[str], producers: dict[str, int], outer: frozenset[str], free: set[str]
+) -> None:
+    duplicate = _first_duplicate(body.outputs)
+    if duplicate is not None:
+        raise InvalidModelError(f"{body.where} lists output '{duplicate}' twice")
+    for name in body.outputs:
+        if name not in producers and name not in declared:
+            _require_outer(name, outer, f"{body.where} lists output", body)
+            free.add(name)
+
+
+def _first_duplicate(names: Sequence[str]) -> str | None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
+def _check_acyclic(body: _Body, deps: list[set[int]]) -> None:
+    """Kahn's algorithm; on failure, name one cycle among the nodes left over."""
+    consumers: list[list[int]] = [[] for _ in deps]
+    for i, producers in enumerate(deps):
+        for p in producers:
+            consumers[p].append(i)
+    pending = [len(d) for d in deps]
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for c in consumers[i]:
+            pending[c] -= 1
+            if pending[c] == 0:
+                ready.append(c)
+    if done < len(deps):
+        cycle = _one_cycle(deps, {i for i, n in enumerate(pending) if n > 0})
+        path = " -> ".join(node_label(body.nodes[i], i) for i in cycle)
+        raise InvalidModelError(f"{body.where} is not acyclic: nodes {path} form a cycle")
+
+
+def _one_cycle(deps: list[set[int]], left: set[int]) -> list[int]:
+    """Every left-over node depends on another left-over node, so walking dependencies must loop."""
+    order: dict[int, int] = {}
+    walk: list[int] = []
+    current = min(left)
+    while current not in order:
+        order[current] = len(walk)
+        walk.append(current)
+        current = min(d for d in deps[current] if d in left)
+    cycle = walk[order[current] :][::-1]
+    return [*cycle, cycle[0]]

@@ -1,0 +1,141 @@
+"""The typed way to call plugin hooks: one function per hook of :mod:`gsrewrite.hookspecs`.
+
+Each function calls the implementations one plugin at a time, so that an exception raised inside a plugin
+becomes a :class:`~gsrewrite.errors.PluginError` naming the plugin and the hook::
+
+    plugin 'foo' (foo-pkg 1.2) failed in gsrewrite_register_patterns: ValueError: ...
+
+Registration hooks call every implementation in registration order, built-ins first, so that a plugin reusing
+a built-in name is the one blamed (registries that have a ``providing(label)`` context manager, like
+:class:`~gsrewrite.registry.NamedRegistry`, learn which plugin adds each entry). Dispatch hooks keep
+pluggy's ``firstresult`` order: the plugin registered last is asked first, and the first answer that is not
+``None`` wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from gsrewrite.errors import PluginError
+from gsrewrite.plugin_manager import get_plugin_manager, one_line_error, plugin_label
+
+if TYPE_CHECKING:
+    import click
+    import onnx_graphsurgeon as gs
+    from pluggy import HookImpl
+
+    from gsrewrite.protocols import CompressionStrategy, GraphPass, OpCost, TensorType
+    from gsrewrite.registry import NamedRegistry
+
+
+def register_patterns(registry: Any) -> None:
+    """Let every plugin add its pattern files and named checks/computations to ``registry``."""
+    _register_all("gsrewrite_register_patterns", registry)
+
+
+def register_compression_strategies(registry: NamedRegistry[CompressionStrategy]) -> None:
+    """Let every plugin add its compression strategies to ``registry``."""
+    _register_all("gsrewrite_register_compression_strategies", registry)
+
+
+def register_passes(registry: NamedRegistry[GraphPass]) -> None:
+    """Let every plugin add its graph passes to ``registry``."""
+    _register_all("gsrewrite_register_passes", registry)
+
+
+def infer_shape(node: gs.Node, ctx: Any) -> Sequence[TensorType] | None:
+    """Output ``(dtype, shape)`` of ``node`` from the first plugin that knows its op, else ``None``."""
+    return _first_result("gsrewrite_infer_shape", node, ctx)
+
+
+def profile_op(node: gs.Node, ctx: Any) -> OpCost | None:
+    """Cost of ``node`` from the first plugin that knows its op, else ``None``."""
+    return _first_result("gsrewrite_profile_op", node, ctx)
+
+
+def collect_cli_commands(disabled: Iterable[str] = ()) -> dict[str, click.Command]:
+    """Commands added by plugins (except those in ``disabled``), by command name.
+
+    A name that a built-in command or an earlier plugin already uses raises :class:`PluginError` naming the
+    later plugin.
+    """
+    from gsrewrite.cli._group import BUILTIN_COMMANDS
+
+    skip = set(disabled)
+    owners = dict.fromkeys(BUILTIN_COMMANDS, "gsrewrite itself")
+    commands: dict[str, click.Command] = {}
+    for impl in _registration_order("gsrewrite_cli_commands"):  # a clash names the later plugin
+        if impl.plugin_name in skip:
+            continue
+        label = plugin_label(impl.plugin_name)
+        for command in _commands_of(impl):
+            if command.name in owners:
+                raise PluginError(
+                    f"{label} adds command {command.name!r}, already provided by {owners[command.name]}"
+                )
+            owners[command.name], commands[command.name] = label, command
+    return commands
+
+
+def plugin_cli_commands(plugin_name: str) -> list[click.Command]:
+    """The commands that plugin ``plugin_name`` adds (an empty list when it implements no such hook)."""
+    impls = [
+        impl for impl in _registration_order("gsrewrite_cli_commands") if impl.plugin_name == plugin_name
+    ]
+    return [command for impl in impls for command in _commands_of(impl)]
+
+
+def _commands_of(impl: HookImpl) -> list[click.Command]:
+    import click
+
+    result = _call(impl, "gsrewrite_cli_commands", {})
+    commands = list(result or ())
+    bad = [c for c in commands if not isinstance(c, click.Command)]
+    if bad:
+        label = plugin_label(impl.plugin_name)
+        raise PluginError(f"{label}: gsrewrite_cli_commands returned {bad[0]!r}, not a click command")
+    return commands
+
+
+def _registration_order(hook_name: str) -> list[HookImpl]:
+    """Implementations in registration order: built-ins first, then installed plugins by name."""
+    return getattr(get_plugin_manager().hook, hook_name).get_hookimpls()
+
+
+def _dispatch_order(hook_name: str) -> list[HookImpl]:
+    """Implementations in the order pluggy calls them: last registered (or ``tryfirst``) first."""
+    return list(reversed(_registration_order(hook_name)))
+
+
+def _register_all(hook_name: str, registry: Any) -> None:
+    for impl in _registration_order(hook_name):
+        with _providing(registry, impl.plugin_name):
+            _call(impl, hook_name, {"registry": registry})
+
+
+def _providing(registry: Any, plugin_name: str) -> AbstractContextManager[Any]:
+    providing = getattr(registry, "providing", None)
+    return providing(plugin_label(plugin_name)) if callable(providing) else nullcontext()
+
+
+def _first_result(hook_name: str, node: gs.Node, ctx: Any) -> Any:
+    kwargs = {"node": node, "context": ctx}
+    for impl in _dispatch_order(hook_name):
+        result = _call(impl, hook_name, kwargs)
+        if result is not None:
+            return result
+    return None
+
+
+def _call(impl: HookImpl, hook_name: str, kwargs: dict[str, Any]) -> Any:
+    try:
+        return impl.function(*(kwargs[name] for name in impl.argnames))
+    except Exception as exc:
+        where = hook_name
+        node = kwargs.get("node")
+        if node is not None:
+            where += f" for node {getattr(node, 'name', '?')!r} ({getattr(node, 'op', '?')})"
+        label = plugin_label(impl.plugin_name)
+        raise PluginError(f"{label} failed in {where}: {one_line_error(exc)}") from exc

@@ -1,0 +1,93 @@
+"""The interfaces a plugin implements, as :class:`typing.Protocol` classes, and the values they return.
+
+A plugin never has to inherit from these: any object with the right attributes and methods fits
+(``isinstance(obj, GraphPass)`` checks the names, not the signatures). They are the contracts behind the
+hooks in :mod:`gsrewrite.hookspecs`:
+
+* :class:`ShapeHandler` and :class:`OpProfiler` are what ``gsrewrite_infer_shape`` and
+  ``gsrewrite_profile_op`` implementations are: callables of ``(node, context)`` returning ``None`` for
+  "not mine". A plugin usually keeps a table ``op_type -> handler`` and looks the node up in its hook.
+* :class:`CompressionStrategy` and :class:`GraphPass` are the entries added to the registries passed to
+  ``gsrewrite_register_compression_strategies`` and ``gsrewrite_register_passes``.
+
+These are deliberately minimal; fields are added, never removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_graphsurgeon as gs
+
+#: A dimension: a size, a symbolic name, or ``None`` when unknown.
+Dim = int | str | None
+#: ``(dtype, shape)`` of one tensor: a numpy dtype (or ONNX ``TensorProto`` element type) and a shape
+#: (``None`` when even the rank is unknown).
+TensorType = tuple[Any, Sequence[Dim] | None]
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The cost of running one node.
+
+    ``macs`` is the number of multiply-accumulates (``None`` when the shapes needed are not static);
+    ``params`` counts the elements of the node's constant inputs (weights); ``memory_bytes`` is the size of
+    the inputs and outputs the node touches, when known.
+    """
+
+    macs: int | None
+    params: int = 0
+    memory_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class ShapeHandler(Protocol):
+    """Infers the output types of a node that standard ONNX shape inference does not know."""
+
+    def __call__(self, node: gs.Node, context: Any) -> Sequence[TensorType] | None:
+        """One ``(dtype, shape)`` per node output, or ``None`` when this handler does not apply."""
+
+
+@runtime_checkable
+class OpProfiler(Protocol):
+    """Computes the cost of a node."""
+
+    def __call__(self, node: gs.Node, context: Any) -> OpCost | None:
+        """The node's cost, or ``None`` when this profiler does not know the op."""
+
+
+@runtime_checkable
+class CompressionStrategy(Protocol):
+    """A named way to shrink a model (fp16 weights, int8/int4 weight quantization, ...)."""
+
+    name: str
+    description: str
+
+    def apply(self, model: onnx.ModelProto, **options: Any) -> onnx.ModelProto:
+        """Return the compressed model; ``model`` is not modified. Bad options raise ``UsageError``."""
+
+
+@runtime_checkable
+class PassOutcome(Protocol):
+    """What a pass returns: the resulting graph and whether it changed anything."""
+
+    graph: gs.Graph
+    modified: bool
+
+
+@runtime_checkable
+class GraphPass(Protocol):
+    """A named graph transformation (constant folding, identity elimination, ...)."""
+
+    name: str
+    description: str
+
+    def run(self, graph: gs.Graph) -> PassOutcome:
+        """Transform ``graph`` (in place or not) and report the result."""
