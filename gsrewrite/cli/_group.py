@@ -28,6 +28,9 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "apply": "gsrewrite.cli.apply_cmd:apply",
     "explain": "gsrewrite.cli.apply_cmd:explain",
     "patterns": "gsrewrite.cli.patterns_cmd:patterns",
+    "optimize": "gsrewrite.cli.optimize_cmd:optimize",
+    "simplify": "gsrewrite.cli.simplify_cmd:simplify",
+    "passes": "gsrewrite.cli.passes_cmd:passes",
 }
 
 
