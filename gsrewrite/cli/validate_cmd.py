@@ -1,0 +1,67 @@
+"""``gsrewrite validate``: compare a candidate model's outputs with the original's in onnxruntime."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._validation_options import validation_options
+
+if TYPE_CHECKING:
+    from gsrewrite.validation import OutputComparison, ValidationReport
+
+_COLUMNS = ("output", "shape", "max abs", "max rel", "% outside tol", "cosine", "nan/inf", "verdict")
+
+
+@click.command()
+@click.argument("original")
+@click.argument("candidate")
+@validation_options
+@json_option
+def validate(original: str, candidate: str, validation: dict[str, Any], as_json: bool) -> None:
+    """Run ORIGINAL and CANDIDATE in onnxruntime on the same inputs and compare every output.
+
+    An element disagrees when |cand - orig| > atol and |cand - orig| / |orig| > rtol; integer and bool
+    outputs must be equal. Without --inputs, inputs are generated from the models' input signature.
+    Exit code 0: the models agree; 1: they do not; 2: bad input.
+    """
+    from gsrewrite.validation import validate as run_validation
+
+    report = run_validation(original, candidate, **validation)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        _print_report(report)
+    if not report.ok:
+        click.get_current_context().exit(1)
+
+
+def _print_report(report: ValidationReport) -> None:
+    out = console()
+    title = f"{report.runs} run(s), atol={report.atol:g}, rtol={report.rtol:g}"
+    out.print(table(title, _COLUMNS, [_row(o) for o in report.outputs]))
+    if report.extra_outputs:
+        out.print("outputs only in the candidate (not compared): " + ", ".join(report.extra_outputs), soft_wrap=True)
+    out.print(report.summary(), soft_wrap=True)
+
+
+def _row(o: OutputComparison) -> list[object]:
+    return [
+        o.name,
+        "x".join(str(d) for d in o.shape) or "scalar",
+        o.max_abs,
+        o.max_rel,
+        f"{100 * o.mismatch_fraction:.4g}",
+        "" if o.cosine is None else f"{o.cosine:.6f}",
+        _non_finite(o),
+        o.verdict,
+    ]
+
+
+def _non_finite(o: OutputComparison) -> str:
+    """``-`` when both models are finite, else ``nan A/B inf C/D`` (original/candidate counts)."""
+    if not (o.nan_original or o.nan_candidate or o.inf_original or o.inf_candidate):
+        return "-"
+    return f"nan {o.nan_original}/{o.nan_candidate} inf {o.inf_original}/{o.inf_candidate}"

@@ -1,0 +1,36 @@
+"""Numeric validation of a rewritten model against its original with onnxruntime.
+
+::
+
+    from gsrewrite.validation import validate
+    report = validate("model.onnx", "model.opt.onnx", input_shapes={"batch": 1}, runs=3)
+    assert report.ok, report.summary()
+
+See ``docs/validation.md`` for the metrics, the pass/fail rule and how inputs are generated.
+"""
+
+from __future__ import annotations
+
+from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
+from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
+from gsrewrite.validation.metrics import compare_output
+from gsrewrite.validation.report import OutputComparison, ValidationReport
+from gsrewrite.validation.shapes import parse_input_shape, resolve_shapes
+from gsrewrite.validation.signature import InputSpec, model_inputs
+from gsrewrite.validation.validator import validate
+
+__all__ = [
+    "InputPlan",
+    "InputSpec",
+    "OutputComparison",
+    "ValidationReport",
+    "compare_output",
+    "generate_inputs",
+    "load_npz",
+    "model_inputs",
+    "parse_input_shape",
+    "plan_inputs",
+    "prepare_inputs",
+    "resolve_shapes",
+    "validate",
+]

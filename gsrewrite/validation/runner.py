@@ -1,0 +1,137 @@
+"""onnxruntime sessions for validation: plain CPU execution, no graph optimizations, quiet logs.
+
+Graph optimizations are disabled so that onnxruntime's own fusions do not hide (or cause) differences
+between the two models. A model given as a path is handed to onnxruntime by path; an in-memory model
+is serialized, or — when larger than protobuf's 2 GB limit — written to a temporary folder with its
+tensors in an external data file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from google.protobuf.message import EncodeError
+
+from gsrewrite.errors import ValidationError
+from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+ModelArg = onnx.ModelProto | str | os.PathLike
+
+
+@dataclass
+class ModelSource:
+    """A model to run: its proto (for the signature) and, when it came from a file, its path."""
+
+    role: str
+    proto: onnx.ModelProto
+    path: Path | None = None
+    load_seconds: float = 0.0
+
+
+def resolve_model(model: ModelArg, role: str) -> ModelSource:
+    """A :class:`ModelSource` from a ModelProto or a path (checked by ``gsrewrite.model_io.load_model``).
+
+    For a path only the graph is read here (external data is validated, not loaded); onnxruntime loads the
+    model from the path.
+    """
+    if isinstance(model, onnx.ModelProto):
+        return ModelSource(role, model)
+    if isinstance(model, (str, os.PathLike)):
+        from gsrewrite.model_io import load_model
+
+        start = time.perf_counter()
+        proto = load_model(model, load_external_data=False)  # checked; onnxruntime reads the data itself
+        return ModelSource(role, proto, Path(model), time.perf_counter() - start)
+    raise TypeError(f"the {role} model must be an onnx.ModelProto or a path, not {type(model).__name__}")
+
+
+@dataclass
+class Session:
+    """An onnxruntime session for one model, with the time spent creating and running it."""
+
+    role: str
+    session: object
+    output_names: list[str]
+    create_seconds: float
+    run_seconds: float = field(default=0.0)
+
+    def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """All outputs by name (arrays; lists of arrays for sequence outputs).
+
+        Raises :class:`ValidationError` (naming the model) when onnxruntime fails.
+        """
+        start = time.perf_counter()
+        try:
+            values = self.session.run(None, dict(feed))  # type: ignore[attr-defined]
+        except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
+            raise ValidationError(f"onnxruntime failed to run the {self.role} model: {_first_line(exc)}") from None
+        finally:
+            self.run_seconds += time.perf_counter() - start
+        return dict(zip(self.output_names, map(_as_output, values), strict=True))
+
+
+@contextlib.contextmanager
+def open_session(source: ModelSource, providers: Sequence[str] | None = None) -> Iterator[Session]:
+    """Create an onnxruntime session for ``source``; any temporary files live as long as the session."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    with contextlib.ExitStack() as stack:
+        model_arg = _model_argument(source, stack)
+        start = time.perf_counter()
+        try:
+            session = ort.InferenceSession(model_arg, options, providers=list(providers or DEFAULT_PROVIDERS))
+        except Exception as exc:  # onnxruntime's exception types are not part of its public API
+            raise ValidationError(f"onnxruntime cannot load the {source.role} model: {_first_line(exc)}") from None
+        seconds = time.perf_counter() - start
+        log.debug("%s session created in %.3f s", source.role, seconds)
+        names = [o.name for o in session.get_outputs()]
+        yield Session(source.role, session, names, seconds)
+
+
+def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> str | bytes:
+    if source.path is not None:
+        return str(source.path)
+    serialized = _serialized(source.proto)
+    if serialized is not None:
+        return serialized
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
+    log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
+    return str(write_with_external_data(source.proto, folder))
+
+
+def _serialized(model: onnx.ModelProto) -> bytes | None:
+    """The serialized model, or ``None`` when it is over protobuf's 2 GB limit."""
+    if estimated_bytes(model) > MAX_PROTOBUF_BYTES:
+        return None
+    try:
+        data = model.SerializeToString()
+    except (EncodeError, ValueError):  # over the limit after all (e.g. tensors stored as float_data)
+        return None
+    return data if len(data) <= MAX_PROTOBUF_BYTES else None
+
+
+def _as_output(value: Any) -> Any:
+    if isinstance(value, list):  # a sequence output
+        return [np.asarray(item) for item in value]
+    return np.asarray(value)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

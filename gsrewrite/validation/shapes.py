@@ -1,0 +1,137 @@
+"""Concrete shapes for generated inputs: user shape specs, symbolic dims, and the defaults.
+
+Rules (see ``docs/validation.md``):
+
+* ``{"input_ids": (1, 128)}`` fixes a whole input; its symbolic dims (``batch``, ``sequence``) are bound for
+  every other input that uses the same names.
+* ``{"batch": 2}`` binds a symbolic dim name wherever it appears.
+* Other dynamic dims: **2** when batch-like (the name contains ``batch``, or it is the first dim of an
+  input of rank >= 2 and its name does not look like a sequence: ``seq``, ``len``, ``time``, ``step``,
+  ``token``), **16** otherwise. One symbolic name gets one size across all inputs.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping, Sequence
+
+from gsrewrite.errors import InputDataError, UsageError
+from gsrewrite.validation.signature import Dim, InputSpec
+
+#: Default size of a batch-like dynamic dim (2 rather than 1, so that batch mix-ups show).
+BATCH_DEFAULT = 2
+#: Default size of any other dynamic dim (sequence length, spatial size, ...).
+OTHER_DEFAULT = 16
+_SEQUENCE_WORDS = ("seq", "len", "time", "step", "token")
+_DIMS_RE = re.compile(r"^\[?\s*(\d+(?:\s*[x,]\s*\d+)*)?\s*\]?$")
+
+ShapeSpec = Mapping[str, "Sequence[int] | int"]
+
+
+def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...] | int]:
+    """Parse ``name:1x128`` (a whole input) or ``batch=2`` (a symbolic dim) into ``(name, value)``.
+
+    Dims may be separated by ``x`` or ``,`` and wrapped in brackets (``name:[1,128]``); ``name:[]`` is a
+    scalar. The last ``:`` separates the name, so names that contain ``:`` work. Raises
+    :class:`UsageError` on bad syntax.
+    """
+    if ":" in spec:
+        name, _, dims = spec.rpartition(":")
+        match = _DIMS_RE.match(dims.strip())
+        if not name or match is None or not dims.strip():
+            raise UsageError(f"bad input shape {spec!r}: expected NAME:1x128 or DIM=2")
+        body = match.group(1) or ""
+        return name, tuple(int(d) for d in re.split(r"\s*[x,]\s*", body) if d)
+    name, sep, value = spec.partition("=")
+    if not sep or not name.strip() or not value.strip().isdigit():
+        raise UsageError(f"bad input shape {spec!r}: expected NAME:1x128 or DIM=2")
+    return name.strip(), int(value)
+
+
+def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None) -> dict[str, tuple[int, ...]]:
+    """A concrete shape for every input: from ``input_shapes`` where given, else by the default rules."""
+    whole, bound = _split_user_shapes(specs, input_shapes or {})
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        if spec.name in whole:
+            shapes[spec.name] = _explicit_shape(spec, whole[spec.name], bound)
+    for spec in specs:
+        if spec.name not in shapes:
+            shapes[spec.name] = _default_shape(spec, bound)
+    return {spec.name: shapes[spec.name] for spec in specs}
+
+
+def _split_user_shapes(
+    specs: Sequence[InputSpec], input_shapes: ShapeSpec
+) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    input_names = {s.name for s in specs}
+    dim_names = {d for s in specs for d in (s.dims or ()) if isinstance(d, str)}
+    whole: dict[str, tuple[int, ...]] = {}
+    bound: dict[str, int] = {}
+    for key, value in input_shapes.items():
+        is_shape = hasattr(value, "__len__") and not isinstance(value, str)
+        if not is_shape and key in dim_names:
+            bound[key] = _size(key, value)
+        elif is_shape and key in input_names:
+            whole[key] = tuple(_size(key, d) for d in value)
+        elif key in input_names or key in dim_names:
+            raise UsageError(f"bad input shape for {key!r}: give a shape for an input, a size for a dim name")
+        else:
+            inputs, dims = ", ".join(sorted(input_names)) or "-", ", ".join(sorted(dim_names)) or "-"
+            raise UsageError(f"unknown input or dim name {key!r} in input shapes (inputs: {inputs}; dims: {dims})")
+    return whole, bound
+
+
+def _size(key: str, value: object) -> int:
+    try:
+        size = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        size = -1
+    if isinstance(value, bool) or size < 0:
+        raise UsageError(f"bad input shape for {key!r}: sizes must be non-negative integers, got {value!r}")
+    return size
+
+
+def _explicit_shape(spec: InputSpec, shape: tuple[int, ...], bound: dict[str, int]) -> tuple[int, ...]:
+    if spec.dims is None:
+        return shape
+    if len(shape) != len(spec.dims):
+        raise InputDataError(f"shape {list(shape)} given for {spec.describe()} has the wrong rank")
+    for dim, size in zip(spec.dims, shape, strict=True):
+        _bind(spec, dim, size, bound)
+    return shape
+
+
+def _bind(spec: InputSpec, dim: Dim, size: int, bound: dict[str, int]) -> None:
+    if isinstance(dim, int) and dim != size:
+        raise InputDataError(f"size {size} given for {spec.describe()} contradicts its fixed dim {dim}")
+    if isinstance(dim, str) and bound.setdefault(dim, size) != size:
+        raise InputDataError(f"dim {dim!r} of input {spec.name!r} is given as both {bound[dim]} and {size}")
+
+
+def _default_shape(spec: InputSpec, bound: dict[str, int]) -> tuple[int, ...]:
+    if spec.dims is None:
+        raise InputDataError(f"input {spec.name!r} has no shape in the model; give one (--input-shape NAME:1x128)")
+    shape = []
+    for position, dim in enumerate(spec.dims):
+        if isinstance(dim, int):
+            shape.append(dim)
+        elif dim is not None and dim in bound:
+            shape.append(bound[dim])
+        else:
+            size = default_dim(dim, position, len(spec.dims))
+            if dim is not None:
+                bound[dim] = size
+            shape.append(size)
+    return tuple(shape)
+
+
+def default_dim(name: str | None, position: int, rank: int) -> int:
+    """The default size of a dynamic dim: :data:`BATCH_DEFAULT` if batch-like, else :data:`OTHER_DEFAULT`."""
+    lowered = (name or "").lower()
+    if "batch" in lowered:
+        return BATCH_DEFAULT
+    if position == 0 and rank >= 2 and not any(word in lowered for word in _SEQUENCE_WORDS):
+        return BATCH_DEFAULT
+    return OTHER_DEFAULT

@@ -1,0 +1,147 @@
+"""``validate``: run the original and the candidate model on the same inputs and compare every output."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gsrewrite.errors import UsageError, ValidationError
+from gsrewrite.validation.given_inputs import InputSource, describe_given, prepare_inputs
+from gsrewrite.validation.inputs import generate_inputs, plan_inputs
+from gsrewrite.validation.metrics import compare_output, missing_output
+from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
+from gsrewrite.validation.runner import ModelArg, ModelSource, Session, open_session, resolve_model
+from gsrewrite.validation.shapes import ShapeSpec
+from gsrewrite.validation.signature import check_same_inputs, model_inputs
+
+log = logging.getLogger(__name__)
+
+Feeds = Callable[[int], dict[str, np.ndarray]]
+
+
+def validate(
+    original: ModelArg,
+    candidate: ModelArg,
+    *,
+    inputs: InputSource | None = None,
+    input_shapes: ShapeSpec | None = None,
+    runs: int = 1,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    seed: int = 0,
+    providers: Sequence[str] | None = None,
+) -> ValidationReport:
+    """Run ``original`` and ``candidate`` in onnxruntime on the same inputs and compare their outputs.
+
+    Both models are ``onnx.ModelProto`` objects or paths. ``inputs`` is a dict name -> array or the path
+    of an ``.npz`` file; without it, ``runs`` input sets are generated from ``seed`` (``input_shapes``
+    fixes dynamic dims: ``{"input_ids": (1, 128)}`` or ``{"batch": 1}``). With given inputs, ``runs``
+    repeats them. An element disagrees when ``|a - b| > atol`` and ``|a - b| / |b| > rtol`` (polygraphy's
+    rule, ``b`` from the original); integer and bool outputs must be equal.
+
+    Raises :class:`~gsrewrite.errors.InputDataError` when the inputs do not fit the models (or the
+    models take different inputs), :class:`~gsrewrite.errors.ValidationError` when onnxruntime cannot
+    load or run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
+    """
+    _check_options(runs, atol, rtol)
+    models = resolve_model(original, "original"), resolve_model(candidate, "candidate")
+    feeds, described = _input_feeds(models, inputs, input_shapes, seed)
+    with open_session(models[0], providers) as first, open_session(models[1], providers) as second:
+        per_run: list[OutputComparison] = []
+        for run in range(runs):
+            feed = feeds(run)
+            outputs = _run(first, feed, described), _run(second, feed, described)
+            per_run += compare_run(run, *outputs, atol, rtol)
+        extra = [name for name in second.output_names if name not in first.output_names]
+        timings = {s.role: _timings(m, s) for m, s in zip(models, (first, second), strict=True)}
+    report = ValidationReport(
+        outputs=_fold_runs(per_run),
+        per_run=per_run,
+        runs=runs,
+        atol=atol,
+        rtol=rtol,
+        seed=seed,
+        inputs=described,
+        extra_outputs=extra,
+        timings=timings,
+    )
+    log.info("%s", report.summary())
+    return report
+
+
+def compare_run(
+    run: int, original: Mapping[str, Any], candidate: Mapping[str, Any], atol: float, rtol: float
+) -> list[OutputComparison]:
+    """Compare the outputs of one run by name, in the original's output order.
+
+    A sequence output ``s`` (a list of arrays) is compared item by item as ``s[0]``, ``s[1]``, ...
+    """
+    original, candidate = _flatten(original), _flatten(candidate)
+    results = []
+    for name, value in original.items():
+        if name in candidate:
+            results.append(compare_output(name, run, value, candidate[name], atol, rtol))
+        else:
+            results.append(missing_output(name, run, value))
+    return results
+
+
+def _flatten(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    flat: dict[str, np.ndarray] = {}
+    for name, value in outputs.items():
+        if isinstance(value, list):
+            flat.update({f"{name}[{i}]": np.asarray(item) for i, item in enumerate(value)})
+        else:
+            flat[name] = np.asarray(value)
+    return flat
+
+
+def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Run one model; when generated inputs make it fail, say what they were and how to change them."""
+    try:
+        return session.run(feed)
+    except ValidationError as exc:
+        if not described or any(d["source"] != "generated" for d in described.values()):
+            raise
+        shapes = ", ".join(f"{name} {d['dtype']}{d['shape']}" for name, d in described.items())
+        raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
+
+
+def _input_feeds(
+    models: tuple[ModelSource, ModelSource],
+    inputs: InputSource | None,
+    input_shapes: ShapeSpec | None,
+    seed: int,
+) -> tuple[Feeds, dict[str, dict[str, Any]]]:
+    specs = model_inputs(models[0].proto)
+    check_same_inputs(specs, model_inputs(models[1].proto))
+    if inputs is not None:
+        if input_shapes:
+            raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
+        feed = prepare_inputs(inputs, specs)
+        return (lambda run: feed), describe_given(feed)
+    plans = plan_inputs(models[0].proto, specs, input_shapes)
+    for plan in plans:
+        log.info("input %s: %s", plan.name, plan.describe())
+    return (lambda run: generate_inputs(plans, seed + run)), {p.name: p.describe() for p in plans}
+
+
+def _fold_runs(per_run: list[OutputComparison]) -> list[OutputComparison]:
+    by_name: dict[str, list[OutputComparison]] = {}
+    for comparison in per_run:
+        by_name.setdefault(comparison.name, []).append(comparison)
+    return [merge_runs(group) for group in by_name.values()]
+
+
+def _timings(model: ModelSource, session: Session) -> dict[str, float]:
+    return {"load": model.load_seconds, "session": session.create_seconds, "run": session.run_seconds}
+
+
+def _check_options(runs: int, atol: float, rtol: float) -> None:
+    if not isinstance(runs, int) or runs < 1:
+        raise UsageError(f"runs must be a positive integer, got {runs!r}")
+    if not (atol >= 0 and rtol >= 0):  # also rejects NaN
+        raise UsageError(f"tolerances must be non-negative numbers, got atol={atol!r}, rtol={rtol!r}")
