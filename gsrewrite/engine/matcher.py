@@ -30,6 +30,8 @@ COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "Equal", "An
                          "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 #: Variadic commutative ops with more operands than this are matched in the given order only.
 MAX_PERMUTED_OPERANDS = 4
+#: How many outside nodes a side computation (see Matcher._dies_with) may have.
+MAX_SIDE_NODES = 64
 #: Constants larger than this are never compared against template values.
 MAX_COMPARED_ELEMENTS = 1 << 20
 
@@ -271,9 +273,26 @@ class Matcher:
             if id(tensor) in self._graph_outputs:
                 return f"intermediate {tensor.name!r} ({name}) is a graph output"
             for consumer in tensor.outputs:
-                if id(consumer) not in state.used:
+                if id(consumer) not in state.used and not self._dies_with(consumer, state.used):
                     return f"intermediate {tensor.name!r} ({name}) is also used by {consumer.name or consumer.op!r}"
         return ""
+
+    def _dies_with(self, node: gs.Node, used: set[int]) -> bool:
+        """True when everything ``node`` computes feeds only the match (e.g. a Shape node computing a matched
+        Reshape's target shape): such a side computation dies with the match and is removed by cleanup."""
+        stack, seen = [node], set()
+        while stack:
+            current = stack.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            if len(seen) > MAX_SIDE_NODES:
+                return False
+            for out in current.outputs:
+                if id(out) in self._graph_outputs:
+                    return False
+                stack.extend(c for c in out.outputs if id(c) not in used)
+        return True
 
     def _fail(self, state: _State, tn: TNode | None, gn: gs.Node | None, reason: str) -> bool:
         if self.tracer is not None:

@@ -1,6 +1,7 @@
 """Fragments: named sets of alternative subgraphs, called from templates as ``alt.NAME``.
 
-A fragment lists its *forms*, each a small graph with the same formal inputs and outputs::
+A fragment lists its *forms*, each a small graph with the same formal outputs and at least the call's inputs
+(further inputs of a form are wildcards local to that call, e.g. a Reshape's target shape)::
 
     [[fragment]]
     name = "Square"
@@ -69,23 +70,26 @@ def _inline_all(t: TemplateGraph, picks: list[tuple[TNode, TemplateGraph]], wher
     by_call = {id(call): form for call, form in picks}
     nodes: list[TNode] = []
     constants = dict(t.constants)
+    local: list[str] = []
     for node in t.nodes:
         form = by_call.get(id(node))
         if form is None:
             nodes.append(_copy(node))
             continue
-        nodes.extend(_inline(node, form, constants, where))
-    variant = TemplateGraph(t.name, list(t.inputs), list(t.outputs), constants, nodes)
+        nodes.extend(_inline(node, form, constants, local, where))
+    variant = TemplateGraph(t.name, [*t.inputs, *local], list(t.outputs), constants, nodes)
     return _remove_identities(variant)
 
 
-def _inline(call: TNode, form: TemplateGraph, constants: dict, where: str) -> list[TNode]:
-    if len(form.inputs) != len(call.inputs) or len(form.outputs) != len(call.outputs):
+def _inline(call: TNode, form: TemplateGraph, constants: dict, local: list[str], where: str) -> list[TNode]:
+    """The form's nodes, renamed into the template; form inputs beyond the call's are local wildcards."""
+    if len(form.inputs) < len(call.inputs) or len(form.outputs) != len(call.outputs):
         raise PatternError(
             f"{where}: alt.{call.op} is called with {len(call.inputs)} inputs/{len(call.outputs)} outputs "
             f"but a form has {len(form.inputs)}/{len(form.outputs)}"
         )
-    rename = dict(zip(form.inputs, call.inputs, strict=True))
+    rename = dict(zip(form.inputs, call.inputs, strict=False))
+    local.extend(f"{call.label}/{name}" for name in form.inputs[len(call.inputs):])
     rename.update(zip(form.outputs, call.outputs, strict=True))
     for name, value in form.constants.items():
         rename[name] = f"{call.label}/{name}"

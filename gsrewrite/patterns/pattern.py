@@ -25,8 +25,10 @@ TARGETS = ("onnx", "ort")
 _FILE_KEYS = {"family", "description", "fragment", "pattern"}
 _PATTERN_KEYS = {
     "name", "description", "target", "opset", "priority", "constants", "optional", "checks", "compute",
-    "tolerance", "match", "replace",
+    "tolerance", "match", "replace", "base",
 }
+#: what a pattern takes over from its ``base`` (an earlier pattern of the same file) unless it sets it
+_INHERITED = ("match", "opset", "priority", "constants", "optional", "checks", "compute", "tolerance")
 
 
 @dataclass
@@ -101,12 +103,31 @@ def parse_pattern_data(data: dict[str, Any], where: str) -> list[Pattern]:
     entries = data.get("pattern", [])
     if not isinstance(entries, list) or not entries:
         raise PatternError(f"{where}: needs at least one [[pattern]] table")
-    patterns = [_pattern(entry, family, fragments, where) for entry in entries]
+    patterns = [_pattern(entry, family, fragments, where) for entry in _with_bases(entries, where)]
     names = [p.name for p in patterns]
     for name in names:
         if names.count(name) > 1:
             raise PatternError(f"{where}: pattern name {name!r} used twice")
     return patterns
+
+
+def _with_bases(entries: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    """Resolve ``base = "NAME"``: take over the named earlier pattern's match and the settings not given."""
+    seen: dict[str, dict[str, Any]] = {}
+    resolved = []
+    for entry in entries:
+        base_name = entry.get("base")
+        if base_name is not None:
+            base = seen.get(base_name)
+            if base is None:
+                raise PatternError(f"{where}: base {base_name!r} must name an earlier pattern of this file")
+            merged = {k: base[k] for k in _INHERITED if k in base}
+            merged.update({k: v for k, v in entry.items() if k != "base"})
+            entry = merged
+        if isinstance(entry.get("name"), str):
+            seen[entry["name"]] = entry
+        resolved.append(entry)
+    return resolved
 
 
 def _fragments(entries: Any, where: str) -> dict[str, Fragment]:

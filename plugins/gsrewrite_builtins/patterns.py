@@ -14,10 +14,11 @@ if TYPE_CHECKING:
 @hookimpl
 def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
     # imported here: loading the plugin (every CLI start) must not import the engine
-    from gsrewrite_builtins import pattern_checks, pattern_computations
+    from gsrewrite_builtins import attention, pattern_checks, pattern_computations
 
-    for name, check in pattern_checks.CHECKS.items():
-        registry.add_check(name, check)
-    for name, compute in pattern_computations.COMPUTATIONS.items():
-        registry.add_compute(name, compute)
+    for module in (pattern_checks, pattern_computations, attention):
+        for name, check in getattr(module, "CHECKS", {}).items():
+            registry.add_check(name, check)
+        for name, compute in getattr(module, "COMPUTATIONS", {}).items():
+            registry.add_compute(name, compute)
     registry.add_directory(resources.files("gsrewrite_patterns"))

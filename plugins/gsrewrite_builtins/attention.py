@@ -1,0 +1,143 @@
+"""Named check and computations of the attention patterns: head count and softmax scale from the graph.
+
+num_heads is never asked from the user: it comes from the head reshape of Q ([B, S, H, dh]), whose target
+shape is a constant or a Concat of computed dims and constants (``-1`` resolved with the hidden size), or from
+shapes that inference already knows. The scale comes from the constant the matched form multiplies or
+divides by (labels in patterns/mha.toml tell which form matched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from gsrewrite.engine.match import CheckFailed, Match
+
+
+def attention_inputs(match: Match) -> str | None:
+    """Q, K, V projections are 3-D [B, S, D] (when known) and the mask, if any, is float of rank <= 4."""
+    for name in ("q_lin", "k_lin", "v_lin"):
+        shape = match.shape(name)
+        if shape is not None and len(shape) != 3:
+            return f"{name} has rank {len(shape)}, attention fusion needs [batch, sequence, hidden]"
+    mask = match.tensor("mask")
+    if mask is not None:
+        dtype = match.dtype("mask")
+        if dtype is not None and dtype.kind != "f":
+            return f"the additive mask has dtype {dtype}, not float"
+        shape = match.shape("mask")
+        if shape is not None and len(shape) > 4:
+            return f"the mask has rank {len(shape)}"
+    return None
+
+
+def attention_output_3d(match: Match) -> str | None:
+    """The context is reshaped back to [B, S, D] (what the fused op outputs)."""
+    rank = _output_rank(match)
+    return None if rank == 3 else f"the context is reshaped to rank {rank if rank else 'unknown'}, not 3"
+
+
+def attention_flat_output(match: Match) -> str | None:
+    """The context is flattened by a constant 2-D target shape (e.g. [-1, D] before a Gemm)."""
+    target = match.constant("so")
+    if target is None or target.size != 2:
+        return "the context is not flattened to 2-D by a constant shape"
+    return None
+
+
+def _output_rank(match: Match) -> int | None:
+    shape = match.shape("out")
+    if shape is not None:
+        return len(shape)
+    parts = _shape_parts(match.tensor("so"))
+    return len(parts) if parts is not None else None
+
+
+def attention_num_heads(match: Match) -> int:
+    """The number of heads of the Q reshape [B, S, H, dh]."""
+    heads, head_size = _reshape_dims(match, "sq", "q3")
+    hidden = _hidden_size(match)
+    if (heads is None or heads <= 0) and head_size and head_size > 0 and hidden:
+        heads = hidden // head_size
+    if heads is None or heads <= 0:
+        raise CheckFailed("cannot tell the number of heads from the Q reshape")
+    if hidden and hidden % heads:
+        raise CheckFailed(f"hidden size {hidden} is not a multiple of {heads} heads")
+    return int(heads)
+
+
+def attention_scale(match: Match) -> float:
+    """The softmax scale: 1/c for a Div form, c for a Mul form, c*c when split onto Q and K, else 1."""
+    c = match.constant("c")
+    value = float(np.asarray(c).reshape(-1)[0]) if c is not None else None
+    if c is not None and np.asarray(c).size > 1 and not np.all(np.asarray(c) == value):
+        raise CheckFailed("the scale is not a single value")
+    forms = {"scores/div": lambda v: 1.0 / v, "scores/div_q": lambda v: 1.0 / v, "scores/mul": lambda v: v,
+             "scores/mul_k": lambda v: v * v}
+    for label, scale in forms.items():
+        if match.node(label) is not None:
+            if value is None or value == 0.0:
+                raise CheckFailed("the scale constant is missing or zero")
+            return float(scale(value))
+    return 1.0
+
+
+def _reshape_dims(match: Match, shape_name: str, output_name: str) -> tuple[int | None, int | None]:
+    """(H, dh) of a [B, S, H, dh] head reshape, each None when unknown and -1 when inferred."""
+    out = match.shape(output_name)
+    if out is not None and len(out) == 4 and isinstance(out[2], int) and isinstance(out[3], int):
+        return out[2], out[3]
+    parts = _shape_parts(match.tensor(shape_name))
+    if parts is None or len(parts) != 4:
+        return None, None
+    return parts[2], parts[3]
+
+
+def _shape_parts(tensor: gs.Tensor | None) -> list[int | None] | None:
+    """The values of a 1-D shape tensor: a constant, or a Concat whose constant parts are known."""
+    if tensor is None:
+        return None
+    if isinstance(tensor, gs.Constant):
+        return [int(v) for v in np.asarray(tensor.values).reshape(-1)]
+    node = tensor.inputs[0] if tensor.inputs else None
+    if node is None or node.op != "Concat":
+        return None
+    parts: list[int | None] = []
+    for piece in node.inputs:
+        if isinstance(piece, gs.Constant):
+            parts.extend(int(v) for v in np.asarray(piece.values).reshape(-1))
+        elif piece.shape is not None and len(piece.shape) == 1 and isinstance(piece.shape[0], int):
+            parts.extend([None] * piece.shape[0])
+        else:
+            parts.append(None)  # most shape pieces are single dims (Unsqueeze of a gathered dim)
+    return parts
+
+
+def _hidden_size(match: Match) -> int | None:
+    shape = match.shape("q_lin")
+    if shape is not None and shape and isinstance(shape[-1], int):
+        return shape[-1]
+    tensor = match.tensor("q_lin")
+    seen = 0
+    while tensor is not None and tensor.inputs and seen < 4:  # through the bias Add to the weight
+        node = tensor.inputs[0]
+        for operand in node.inputs:
+            if isinstance(operand, gs.Constant) and operand.shape is not None and len(operand.shape) == 2:
+                return int(operand.shape[-1])
+        tensor = next((t for t in node.inputs if not isinstance(t, gs.Constant)), None)
+        seen += 1
+    return None
+
+
+CHECKS: dict[str, Callable[[Match], str | None]] = {
+    "attention_inputs": attention_inputs,
+    "attention_output_3d": attention_output_3d,
+    "attention_flat_output": attention_flat_output,
+}
+COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
+    "attention_num_heads": attention_num_heads,
+    "attention_scale": attention_scale,
+}
