@@ -1,0 +1,97 @@
+"""mha: text-built attention blocks in every exporter spelling, derived num_heads/scale, must-not-match cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from gsrewrite.testing import assert_no_rewrite, assert_rewrite, model_from_text
+
+B, S, H, DH = 2, 4, 2, 4
+D = H * DH
+SCORES = {  # the softmax scale c spelled as exporters do; each yields scale 1/sqrt(dh)
+    "div": ("m = MatMul (q, kt)\n s = Div (m, c)", np.sqrt(DH)),
+    "mul": ("m = MatMul (q, kt)\n s = Mul (c, m)", 1 / np.sqrt(DH)),
+    "split": ("qs = Mul (q, c)\n ks = Mul (kt, c)\n s = MatMul (qs, ks)", DH ** -0.25),
+    "none": ("s = MatMul (q, kt)", None),
+}
+KEYS = {
+    "legacy": "k3 = Reshape (k_lin, shape4)\n kt = Transpose <perm = [0, 2, 3, 1]> (k3)",
+    "two_step": "k3 = Reshape (k_lin, shape4)\n k4 = Transpose <perm = [0, 2, 1, 3]> (k3)\n"
+                "kt = Transpose <perm = [0, 1, 3, 2]> (k4)",
+    "dynamo": "k3 = Reshape (k_lin, shape4)\n k4 = Transpose <perm = [0, 2, 1, 3]> (k3)\n"
+              "r = Reshape (k4, flat3)\n t = Transpose <perm = [0, 2, 1]> (r)\n kt = Reshape (t, kt4)",
+}
+
+
+def attention(scores="div", keys="legacy", mask=True, nan_guard=False, probs_out=False, perm=(0, 2, 1, 3)):
+    """Self-attention from Q/K/V projections [B, S, D] to the context [B, S, D]."""
+    outputs = "float[2, 4, 8] out" + (", float[2, 2, 4, 4] p" if probs_out else "")
+    inputs = "float[2, 4, 8] q_lin, float[2, 4, 8] k_lin, float[2, 4, 8] v_lin"
+    inputs += ", float[2, 1, 4, 4] mask" if mask else ""
+    masked = "sm = Add (s, mask)" if mask else "sm = Identity (s)"
+    guard = "n = IsNaN (p)\n pg = Where (n, zero, p)" if nan_guard else "pg = Identity (p)"
+    text = f"""
+    attn ({inputs}) => ({outputs}) {{
+        q3 = Reshape (q_lin, shape4)
+        q = Transpose <perm = {list(perm)}> (q3)
+        {KEYS[keys]}
+        v3 = Reshape (v_lin, shape4)
+        v = Transpose <perm = [0, 2, 1, 3]> (v3)
+        {SCORES[scores][0]}
+        {masked}
+        p = Softmax <axis = -1> (sm)
+        {guard}
+        ctx = MatMul (pg, v)
+        ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
+        out = Reshape (ct, shape3)
+    }}"""
+    inits = {"shape4": np.array([B, S, H, DH], np.int64), "shape3": np.array([B, S, D], np.int64),
+             "flat3": np.array([B * H, S, DH], np.int64), "kt4": np.array([B, H, DH, S], np.int64),
+             "zero": np.array(0.0, np.float32)}
+    if SCORES[scores][1] is not None:
+        inits["c"] = np.array(SCORES[scores][1], np.float32)
+    used = text
+    return model_from_text(text, opset=17, initializers={k: v for k, v in inits.items() if k in used})
+
+
+def _attrs(model: onnx.ModelProto, op: str) -> dict:
+    node = next(n for n in model.graph.node if n.op_type == op)
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("scores", sorted(SCORES))
+@pytest.mark.parametrize("keys", sorted(KEYS))
+def test_every_scale_and_key_spelling(scores, keys):
+    result = assert_rewrite(attention(scores, keys), ["mha"], {"mha": 1},
+                            produces={"com.microsoft.MultiHeadAttention": 1}, absent=["Softmax", "Transpose"])
+    attrs = _attrs(result.model, "MultiHeadAttention")
+    assert attrs["num_heads"] == H
+    expected = 1 / np.sqrt(DH) if scores != "none" else 1.0
+    assert attrs["scale"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_without_mask_and_with_nan_guard():
+    result = assert_rewrite(attention(mask=False, nan_guard=True), ["mha"], {"mha": 1})
+    assert len(next(n for n in result.model.graph.node if n.op_type == "MultiHeadAttention").input) == 3
+
+
+def test_target_onnx_needs_opset_23_and_upgrades_on_request():
+    result = assert_no_rewrite(attention(), ["mha"], target="onnx")
+    assert "needs opset 23" in result.skipped["mha"]
+    from gsrewrite.engine import apply
+
+    upgraded = apply(attention(), ["mha"], target="onnx", opset=23)
+    assert upgraded.counts == {"mha": 1} and upgraded.validation.ok
+    assert _attrs(upgraded.model, "Attention")["q_num_heads"] == H
+
+
+def test_attention_probabilities_used_outside_are_not_fused():
+    result = assert_no_rewrite(attention(probs_out=True), ["mha"])
+    assert "graph output" in result.near_misses["mha"].reason
+
+
+def test_wrong_head_transpose_is_not_fused():
+    result = assert_no_rewrite(attention(perm=(0, 1, 2, 3)), ["mha"])
+    assert "perm" in result.near_misses["mha"].reason
