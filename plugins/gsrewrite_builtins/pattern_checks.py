@@ -67,6 +67,45 @@ def gemm_compatible(match: Match) -> str | None:
     return None
 
 
+def skip_operands(match: Match) -> str | None:
+    """SkipLayerNormalization needs two 3-D operands of the same shape and a 1-D gamma."""
+    a, b = match.shape("a"), match.shape("b")
+    if a is None or b is None:
+        return "the shapes of the residual operands are unknown"
+    if len(a) != 3 or a != b:
+        return f"the residual operands have shapes {a} and {b}, not the same 3-D shape"
+    gamma = match.constant("gamma")
+    if gamma is None or gamma.ndim != 1:
+        return "gamma is not a 1-D constant"
+    return None
+
+
+def last_axis_bias(match: Match) -> str | None:
+    """The bias is a 1-D constant along the last axis of x (what BiasGelu / FastGelu add)."""
+    bias = match.constant("bias")
+    shape = match.shape("x")
+    if bias is None or bias.squeeze().ndim != 1 or bias.ndim > 1:
+        return f"the bias has shape {list(bias.shape) if bias is not None else None}, not [hidden]"
+    if shape is not None and isinstance(shape[-1], int) and shape[-1] != bias.shape[0]:
+        return f"the bias has {bias.shape[0]} values for a last axis of {shape[-1]}"
+    return None
+
+
+def channel_bias(match: Match) -> str | None:
+    """An Add after Conv that only adds one value per output channel (shape [C, 1, ...] or [1, C, 1, ...])."""
+    bias, weight = match.constant("bias"), match.constant("w")
+    if bias is None or weight is None:
+        return "the weight and the bias must be constants"
+    channels = weight.shape[0]
+    dims = list(bias.shape)
+    spatial = weight.ndim - 2
+    if len(dims) == spatial + 2 and dims[0] == 1:
+        dims = dims[1:]
+    if len(dims) != spatial + 1 or dims[0] != channels or any(d != 1 for d in dims[1:]):
+        return f"bias shape {list(bias.shape)} is not one value per output channel ({channels})"
+    return None
+
+
 def _negative_axes(match: Match, capture: str, tensor: str) -> list[int] | str:
     axes = [int(a) for a in np.asarray(match.value(capture)).reshape(-1)]
     if all(a < 0 for a in axes):
@@ -82,4 +121,7 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "norm_parameters": norm_parameters,
     "inference_batchnorm": inference_batchnorm,
     "gemm_compatible": gemm_compatible,
+    "skip_operands": skip_operands,
+    "last_axis_bias": last_axis_bias,
+    "channel_bias": channel_bias,
 }

@@ -53,8 +53,17 @@ def bn_fold_bias(match: Match) -> np.ndarray:
     return ((base - mean.astype(np.float64)) * factor + beta.astype(np.float64)).astype(weight.dtype)
 
 
+def channel_bias_vector(match: Match) -> np.ndarray:
+    """The per-channel Add constant as Conv's 1-D bias, in the weight's dtype."""
+    bias, weight = match.constant("bias"), match.constant("w")
+    if bias is None or weight is None:
+        raise CheckFailed("the weight and the bias must be constants")
+    return bias.reshape(-1).astype(weight.dtype)
+
+
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "first_axis": first_axis,
     "bn_fold_weight": bn_fold_weight,
     "bn_fold_bias": bn_fold_bias,
+    "channel_bias_vector": channel_bias_vector,
 }
