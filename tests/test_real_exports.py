@@ -24,7 +24,6 @@ GELUS = {"Gelu", "FastGelu", "BiasGelu"}
 #: what is not fused yet, per (architecture, family): the reason is the gap, and the test must still fail
 KNOWN_GAPS = {
     ("llama", "attention"): "grouped-query attention with rotary embeddings is not matched yet",
-    ("t5", "attention"): "T5's two score biases (position bias + mask) are not merged yet",
     ("whisper.dynamo", "attention"): "a no-op Reshape after the context MatMul blocks the match",
 }
 

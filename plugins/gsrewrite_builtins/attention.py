@@ -85,6 +85,18 @@ def attention_scale(match: Match) -> float:
     return 1.0
 
 
+def attention_scores(match: Match) -> str | None:
+    """``s`` is Q K^T: a MatMul, possibly scaled by a constant (Mul or Div)."""
+    tensor = match.tensor("s")
+    node = tensor.inputs[0] if tensor is not None and tensor.inputs else None
+    if node is not None and node.op in ("Mul", "Div"):
+        operands = [t for t in node.inputs if not isinstance(t, gs.Constant)]
+        node = operands[0].inputs[0] if len(operands) == 1 and operands[0].inputs else None
+    if node is None or node.op != "MatMul":
+        return "the first operand is not attention scores (a MatMul, possibly scaled)"
+    return None
+
+
 def _reshape_dims(match: Match, shape_name: str, output_name: str) -> tuple[int | None, int | None]:
     """(H, dh) of a [B, S, H, dh] head reshape, each None when unknown and -1 when inferred."""
     out = match.shape(output_name)
@@ -136,6 +148,7 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "attention_inputs": attention_inputs,
     "attention_output_3d": attention_output_3d,
     "attention_flat_output": attention_flat_output,
+    "attention_scores": attention_scores,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_num_heads": attention_num_heads,

@@ -95,3 +95,29 @@ def test_attention_probabilities_used_outside_are_not_fused():
 def test_wrong_head_transpose_is_not_fused():
     result = assert_no_rewrite(attention(perm=(0, 1, 2, 3)), ["mha"])
     assert "perm" in result.near_misses["mha"].reason
+
+
+def test_two_score_biases_are_merged_then_fused():
+    """T5: scores + position bias + mask; the merged form must not be matched again (no ping-pong)."""
+    text = """
+    attn (float[2, 4, 8] q_lin, float[2, 4, 8] k_lin, float[2, 4, 8] v_lin, float[2, 1, 4, 4] mask)
+         => (float[2, 4, 8] out) {
+        q3 = Reshape (q_lin, shape4)
+        q = Transpose <perm = [0, 2, 1, 3]> (q3)
+        k3 = Reshape (k_lin, shape4)
+        kt = Transpose <perm = [0, 2, 3, 1]> (k3)
+        v3 = Reshape (v_lin, shape4)
+        v = Transpose <perm = [0, 2, 1, 3]> (v3)
+        s = MatMul (q, kt)
+        sb = Add (s, position_bias)
+        sm = Add (sb, mask)
+        p = Softmax <axis = -1> (sm)
+        ctx = MatMul (p, v)
+        ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
+        out = Reshape (ct, shape3)
+    }"""
+    inits = {"shape4": np.array([B, S, H, DH], np.int64), "shape3": np.array([B, S, D], np.int64),
+             "position_bias": np.random.default_rng(5).normal(size=(1, H, S, S)).astype(np.float32)}
+    result = assert_rewrite(model_from_text(text, initializers=inits), ["mha"],
+                            {"attention-bias-merge": 1, "mha": 1}, produces={"com.microsoft.MultiHeadAttention": 1})
+    assert _attrs(result.model, "MultiHeadAttention")["scale"] == pytest.approx(1.0)
