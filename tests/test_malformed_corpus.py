@@ -23,7 +23,7 @@ READING_COMMANDS: dict[str, Callable[[str], list[str]]] = {
     "validate": lambda model: ["validate", model, model],
 }
 #: Commands invoked as ``COMMAND MODEL -o OUT`` that must not leave OUT behind on failure.
-WRITING_COMMANDS: list[str] = []
+WRITING_COMMANDS: list[str] = ["apply"]
 
 COMMANDS = [(name, False) for name in READING_COMMANDS] + [(name, True) for name in WRITING_COMMANDS]
 

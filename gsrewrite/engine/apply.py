@@ -167,12 +167,13 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
 def _validate_and_bisect(result: RewriteResult, original: onnx.ModelProto, working: onnx.ModelProto,
                          selected: list[Pattern], target: str, registry: PatternRegistry,
                          options: dict[str, Any]) -> None:
-    from gsrewrite.validation import validate
+    from gsrewrite.validation import Validator
 
-    report = validate(original, result.model, **options)
+    validator = Validator(original, **options)  # the original runs once, however many candidates follow
+    report = validator.check(result.model)
     active = [p for p in selected if result.counts.get(p.name)]
     while not report.ok and active:
-        guilty = _first_failing(active, working, target, registry, original, options)
+        guilty = _first_failing(active, working, target, registry, validator)
         log.warning("pattern %s breaks the model (%s): dropping its rewrites", guilty.name, report.summary())
         result.dropped[guilty.name] = report.summary()
         active.remove(guilty)
@@ -181,22 +182,20 @@ def _validate_and_bisect(result: RewriteResult, original: onnx.ModelProto, worki
         result.counts = dict(run.counts) if run is not None else {}
         result.records = run.records if run is not None else []
         result.changed = bool(result.counts)
-        report = validate(original, result.model, **options) if result.changed else report
+        report = validator.check(result.model) if result.changed else report
         if not result.changed:
             break
     result.validation = report if result.changed else None
 
 
 def _first_failing(active: list[Pattern], working: onnx.ModelProto, target: str, registry: PatternRegistry,
-                   original: onnx.ModelProto, options: dict[str, Any]) -> Pattern:
+                   validator: Any) -> Pattern:
     """The last pattern of the smallest prefix of ``active`` whose rewrites fail validation."""
-    from gsrewrite.validation import validate
-
     low, high = 1, len(active)
     while low < high:
         mid = (low + high) // 2
         out, run = _rewrite(working, active[:mid], target, False, registry)
-        if run.modified and not validate(original, out, **options).ok:
+        if run.modified and not validator.check(out).ok:
             high = mid
         else:
             low = mid + 1

@@ -17,13 +17,14 @@ from gsrewrite.validation.metrics import compare_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport
 from gsrewrite.validation.shapes import parse_input_shape, resolve_shapes
 from gsrewrite.validation.signature import InputSpec, model_inputs
-from gsrewrite.validation.validator import validate
+from gsrewrite.validation.validator import Validator, validate
 
 __all__ = [
     "InputPlan",
     "InputSpec",
     "OutputComparison",
     "ValidationReport",
+    "Validator",
     "compare_output",
     "generate_inputs",
     "load_npz",

@@ -46,30 +46,48 @@ def validate(
     models take different inputs), :class:`~gsrewrite.errors.ValidationError` when onnxruntime cannot
     load or run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
     """
-    _check_options(runs, atol, rtol)
-    models = resolve_model(original, "original"), resolve_model(candidate, "candidate")
-    feeds, described = _input_feeds(models, inputs, input_shapes, seed)
-    with open_session(models[0], providers) as first, open_session(models[1], providers) as second:
+    validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
+                          seed=seed, providers=providers)
+    return validator.check(candidate)
+
+
+class Validator:
+    """The original model, run once per input set; :meth:`check` compares any number of candidates with it.
+
+    Use it when several candidates are compared with one original (bisecting a failed rewrite): the
+    original's session and outputs are computed once. Options are those of :func:`validate`.
+    """
+
+    def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
+                 input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
+                 seed: int = 0, providers: Sequence[str] | None = None) -> None:
+        _check_options(runs, atol, rtol)
+        self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
+        self.original = resolve_model(original, "original")
+        self.specs = model_inputs(self.original.proto)
+        self.feeds, self.described = _input_feeds(self.specs, self.original, inputs, input_shapes, seed)
+        with open_session(self.original, providers) as session:
+            self.outputs = [_run(session, self.feeds(run), self.described) for run in range(runs)]
+            self.output_names = list(session.output_names)
+            self.timings = {"original": _timings(self.original, session)}
+
+    def check(self, candidate: ModelArg) -> ValidationReport:
+        """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
+        model = resolve_model(candidate, "candidate")
+        check_same_inputs(self.specs, model_inputs(model.proto))
         per_run: list[OutputComparison] = []
-        for run in range(runs):
-            feed = feeds(run)
-            outputs = _run(first, feed, described), _run(second, feed, described)
-            per_run += compare_run(run, *outputs, atol, rtol)
-        extra = [name for name in second.output_names if name not in first.output_names]
-        timings = {s.role: _timings(m, s) for m, s in zip(models, (first, second), strict=True)}
-    report = ValidationReport(
-        outputs=_fold_runs(per_run),
-        per_run=per_run,
-        runs=runs,
-        atol=atol,
-        rtol=rtol,
-        seed=seed,
-        inputs=described,
-        extra_outputs=extra,
-        timings=timings,
-    )
-    log.info("%s", report.summary())
-    return report
+        with open_session(model, self.providers) as session:
+            for run in range(self.runs):
+                outputs = _run(session, self.feeds(run), self.described)
+                per_run += compare_run(run, self.outputs[run], outputs, self.atol, self.rtol)
+            extra = [name for name in session.output_names if name not in self.output_names]
+            timings = {**self.timings, "candidate": _timings(model, session)}
+        report = ValidationReport(
+            outputs=_fold_runs(per_run), per_run=per_run, runs=self.runs, atol=self.atol, rtol=self.rtol,
+            seed=self.seed, inputs=self.described, extra_outputs=extra, timings=timings,
+        )
+        log.info("%s", report.summary())
+        return report
 
 
 def compare_run(
@@ -111,19 +129,18 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
 
 
 def _input_feeds(
-    models: tuple[ModelSource, ModelSource],
+    specs: list[Any],
+    original: ModelSource,
     inputs: InputSource | None,
     input_shapes: ShapeSpec | None,
     seed: int,
 ) -> tuple[Feeds, dict[str, dict[str, Any]]]:
-    specs = model_inputs(models[0].proto)
-    check_same_inputs(specs, model_inputs(models[1].proto))
     if inputs is not None:
         if input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         feed = prepare_inputs(inputs, specs)
         return (lambda run: feed), describe_given(feed)
-    plans = plan_inputs(models[0].proto, specs, input_shapes)
+    plans = plan_inputs(original.proto, specs, input_shapes)
     for plan in plans:
         log.info("input %s: %s", plan.name, plan.describe())
     return (lambda run: generate_inputs(plans, seed + run)), {p.name: p.describe() for p in plans}
