@@ -14,6 +14,7 @@ import shutil
 import site
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,10 @@ def _can_build_wheels() -> bool:
 def _run(
     *args: str | Path, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=120)
+    # a neutral working folder: `python -c` / `-m` put the cwd first on sys.path, and the repo root holds the
+    # gsrewrite sources, which must not shadow the installed package
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=120,
+                            cwd=tempfile.gettempdir())
     if check:
         assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
     return result
