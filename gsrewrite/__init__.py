@@ -23,6 +23,7 @@ _LAZY = {
     "ValidationReport": "gsrewrite.validation",
     "model_info": "gsrewrite.info",
     "apply": "gsrewrite.engine",
+    "optimize": "gsrewrite.engine.optimize",
     "RewriteResult": "gsrewrite.engine",
     "load_pattern": "gsrewrite.patterns",
     "get_plugin_manager": "gsrewrite.plugin_manager",

@@ -48,7 +48,7 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
     check_output_path(output, input_path=model, in_place=in_place)
     result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation)
     save_model(result.model, output, input_path=model, in_place=in_place)
-    _report(result, size_before, explain, as_json)
+    report(result, size_before, explain, as_json)
 
 
 @click.command()
@@ -59,7 +59,7 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
             as_json: bool) -> None:
     """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
     result, size_before = _run(model, patterns, pattern_files, opset, target, False, True, {})
-    _report(result, size_before, True, as_json)
+    report(result, size_before, True, as_json)
 
 
 def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
@@ -75,7 +75,8 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
     return result, serialized_size(original)
 
 
-def _report(result: Any, size_before: int, explain: bool, as_json: bool) -> None:
+def report(result: Any, size_before: int, explain: bool, as_json: bool) -> None:
+    """The before/after table (and explanations), or the JSON report."""
     if as_json:
         data = result.to_dict()
         data["size_before"], data["size_after"] = size_before, serialized_size(result.model)

@@ -80,12 +80,15 @@ def apply(
     opset: int | None = None,
     registry: PatternRegistry | None = None,
     validation_options: dict[str, Any] | None = None,
+    reference: onnx.ModelProto | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
     ``pattern_files`` adds pattern files on top of the registered ones (their patterns are always
     selected). ``opset`` first converts the model to that opset. With ``validate`` (default) the result is
-    compared with the original in onnxruntime; ``validation_options`` go to ``gsrewrite.validate``.
+    compared with the original in onnxruntime (or with ``reference``, the model ``model`` was derived from);
+    ``validation_options`` go to ``gsrewrite.validate``. If nothing can be made to agree, the result is the
+    reference itself.
     """
     start = time.perf_counter()
     check_target(target)
@@ -94,8 +97,11 @@ def apply(
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
-    if validate and result.changed:
-        _validate_and_bisect(result, original, working, selected, target, registry, validation_options or {})
+    if reference is not None:
+        result.before = op_histogram(reference)
+    if validate and (result.changed or reference is not None):
+        _validate_and_bisect(result, reference or original, working, selected, target, registry,
+                             validation_options or {})
     result.after = op_histogram(result.model)
     result.seconds = time.perf_counter() - start
     return result
@@ -164,12 +170,13 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
     return result
 
 
-def _validate_and_bisect(result: RewriteResult, original: onnx.ModelProto, working: onnx.ModelProto,
+def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
                          selected: list[Pattern], target: str, registry: PatternRegistry,
                          options: dict[str, Any]) -> None:
+    """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
     from gsrewrite.validation import Validator
 
-    validator = Validator(original, **options)  # the original runs once, however many candidates follow
+    validator = Validator(reference, **options)  # the reference runs once, however many candidates follow
     report = validator.check(result.model)
     active = [p for p in selected if result.counts.get(p.name)]
     while not report.ok and active:
@@ -177,15 +184,16 @@ def _validate_and_bisect(result: RewriteResult, original: onnx.ModelProto, worki
         log.warning("pattern %s breaks the model (%s): dropping its rewrites", guilty.name, report.summary())
         result.dropped[guilty.name] = report.summary()
         active.remove(guilty)
-        out, run = _rewrite(working, active, target, False, registry) if active else (original, None)
-        result.model = out if (run is not None and run.modified) else original
-        result.counts = dict(run.counts) if run is not None else {}
-        result.records = run.records if run is not None else []
-        result.changed = bool(result.counts)
-        report = validator.check(result.model) if result.changed else report
-        if not result.changed:
-            break
-    result.validation = report if result.changed else None
+        out, run = _rewrite(working, active, target, False, registry)
+        result.model, result.counts, result.records = out, dict(run.counts), run.records
+        report = validator.check(result.model)
+    if not report.ok:  # what remains (e.g. an earlier simplification) still disagrees: give back the reference
+        log.warning("the result still disagrees with the original (%s): keeping the original", report.summary())
+        result.dropped["(preparation)"] = report.summary()
+        result.model, result.counts, result.records = reference, {}, []
+        report = validator.check(reference)
+    result.changed = result.model is not reference
+    result.validation = report
 
 
 def _first_failing(active: list[Pattern], working: onnx.ModelProto, target: str, registry: PatternRegistry,

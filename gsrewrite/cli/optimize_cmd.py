@@ -1,0 +1,42 @@
+"""``gsrewrite optimize``: simplify + every fusion for the target + validation, with the before/after table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gsrewrite.cli._output import console
+from gsrewrite.cli._validation_options import validation_options
+from gsrewrite.cli.apply_cmd import report
+
+
+@click.command()
+@click.argument("model")
+@click.option("-o", "--output", required=True, help="Where to write the optimized model.")
+@click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
+              help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+@click.option("-p", "--pattern", "patterns", multiple=True, metavar="NAME",
+              help="Restrict the fusions to these patterns or families (default: all).")
+@click.option("--opset", type=click.IntRange(min=1), default=None, help="Convert the model to this opset first.")
+@click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
+@click.option("--explain", is_flag=True, help="Also report, per pattern, the deepest near miss and why.")
+@click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+@validation_options
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
+def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], opset: int | None, no_simplify: bool,
+             validate: bool, explain: bool, in_place: bool, validation: dict[str, Any], as_json: bool) -> None:
+    """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
+    from gsrewrite.engine.optimize import optimize as run_optimize
+    from gsrewrite.model_io import check_output_path, load_model, save_model, serialized_size
+
+    check_output_path(output, input_path=model, in_place=in_place)
+    original = load_model(model)
+    with console().status("optimizing...", spinner="dots"):
+        result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
+                              simplify=not no_simplify, validate=validate, explain=explain,
+                              validation_options=validation)
+    save_model(result.model, output, input_path=model, in_place=in_place)
+    report(result, serialized_size(original), explain, as_json)

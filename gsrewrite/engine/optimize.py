@@ -1,0 +1,49 @@
+"""``optimize``: the one command most users run — simplify, then every fusion for the target, validated.
+
+The result is always compared with the *original* model (not the simplified one), so that nothing a pass or a
+pattern changed goes unchecked; on a mismatch the guilty pattern is bisected and dropped, and if the rest
+still disagrees the original is returned.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import onnx
+
+from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, apply
+from gsrewrite.patterns.registry import PatternRegistry
+
+log = logging.getLogger(__name__)
+
+
+def optimize(
+    model: ModelArg,
+    *,
+    target: str = "ort",
+    patterns: Sequence[str] = ("all",),
+    opset: int | None = None,
+    simplify: bool = True,
+    validate: bool = True,
+    explain: bool = False,
+    validation_options: dict[str, Any] | None = None,
+    simplify_options: dict[str, Any] | None = None,
+    registry: PatternRegistry | None = None,
+) -> RewriteResult:
+    """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target``."""
+    original = _as_model(model)
+    working = _simplified(original, simplify_options or {}) if simplify else original
+    return apply(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
+                 registry=registry, validation_options=validation_options,
+                 reference=original if working is not original else None)
+
+
+def _simplified(model: onnx.ModelProto, options: dict[str, Any]) -> onnx.ModelProto:
+    try:
+        from gsrewrite.simplify import simplify
+    except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
+        log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
+        return model
+    return simplify(model, validate=False, **options).model
