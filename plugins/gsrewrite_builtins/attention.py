@@ -85,6 +85,29 @@ def attention_scale(match: Match) -> float:
     return 1.0
 
 
+def attention_heads_inputs(match: Match) -> str | None:
+    """Q and V are [B, H, S, dh] with static H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
+    q, v, k = match.shape("q4"), match.shape("v4"), match.shape("k4")
+    if q is None or len(q) != 4 or not isinstance(q[1], int) or not isinstance(q[3], int):
+        return f"Q has shape {q}, not [batch, heads, sequence, head_size] with static heads and head size"
+    if v is None or len(v) != 4:
+        return f"V has shape {v}, not [batch, heads, sequence, head_size]"
+    if k is None or len(k) not in (4, 5):
+        return f"K has shape {k}, not split into heads"
+    return None
+
+
+def attention_heads_from_q(match: Match) -> int:
+    """The number of heads: dim 1 of Q in [B, H, S, dh]."""
+    return int(match.shape("q4")[1])
+
+
+def attention_kv_shape(match: Match) -> np.ndarray:
+    """A Reshape target that brings K to [B, H, L, dh] (also from a [B, Hkv, rep, L, dh] expansion)."""
+    q = match.shape("q4")
+    return np.array([0, int(q[1]), -1, int(q[3])], dtype=np.int64)
+
+
 def attention_scores(match: Match) -> str | None:
     """``s`` is Q K^T: a MatMul, possibly scaled by a constant (Mul or Div)."""
     tensor = match.tensor("s")
@@ -149,8 +172,11 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "attention_output_3d": attention_output_3d,
     "attention_flat_output": attention_flat_output,
     "attention_scores": attention_scores,
+    "attention_heads_inputs": attention_heads_inputs,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_num_heads": attention_num_heads,
     "attention_scale": attention_scale,
+    "attention_heads_from_q": attention_heads_from_q,
+    "attention_kv_shape": attention_kv_shape,
 }
