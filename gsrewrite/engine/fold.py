@@ -1,9 +1,17 @@
-"""Constant folding for canonicalization: nodes whose value is known before the model runs.
+"""Constant folding: nodes whose value is known before the model runs become constants.
 
 A node is folded when every input is a constant, or when it only needs what shape inference already knows
-(``Shape`` of a tensor with a fully static shape, ``CastLike``/``Size`` likewise). Outputs larger than
-``max_bytes`` stay unfolded, so folding never bloats a model (an ``Expand`` to a large shape remains an
-Expand). Values come from ``onnx.reference`` evaluating the single node.
+(``Shape``/``Size`` of a tensor whose shape is static, ``CastLike`` of a constant to a known dtype). Values
+come from numpy kernels, or ``onnx.reference`` for the less common ops (:mod:`gsrewrite.simplify.evaluate`).
+
+Folding never bloats the model. A folded value must fit in ``max_bytes``, and it may exceed the constants
+it frees (inputs that only this node reads) by at most :data:`GROWTH_ALLOWANCE` bytes. So an ``Expand``,
+``Tile``, ``ConstantOfShape`` or ``Range`` that blows a few bytes up into a large tensor stays a node, while
+shape arithmetic and weight preprocessing (``Transpose(W)``, ``Mul(W, scale)``) fold.
+
+Nodes are visited in topological order, so whole constant chains fold in one call. Random ops, control
+flow, sequence ops and ``Dropout`` are never folded, and neither are nodes whose outputs are graph outputs
+or are read inside subgraphs (the scope of those names must not change).
 """
 
 from __future__ import annotations
@@ -11,112 +19,124 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
-from onnx.reference import ReferenceEvaluator
 
 from gsrewrite.engine.graph import is_empty, subgraph_outer_names
 
 log = logging.getLogger(__name__)
 
+#: Default cap on the size of one folded tensor (``--max-fold-bytes``).
 DEFAULT_MAX_BYTES = 1 << 20
+#: How many bytes a folded value may add beyond the constants it makes unnecessary.
+GROWTH_ALLOWANCE = 4096
 #: Never folded: random ops, ops with side effects or subgraphs, and ops whose value is not a function of
 #: their inputs.
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
     "If", "Loop", "Scan", "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty", "Dropout",
+    "Constant",
 })
 
 
 def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
-    """Fold what can be folded (top level, in topological order); returns the number of folded nodes."""
-    outputs = {id(t) for t in graph.outputs}
+    """Fold what can be folded in ``graph`` (not its subgraphs); returns the number of folded nodes.
+
+    ``graph.nodes`` must be in topological order. Folded nodes are removed from the graph; constants that
+    nobody reads any more simply disappear from it.
+    """
+    protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
     outer = subgraph_outer_names(graph)
-    folded = 0
-    for node in list(graph.nodes):
-        if not _foldable(node, outputs, outer):
+    opset = int(graph.opset)
+    folded: set[int] = set()
+    for node in graph.nodes:
+        if not _foldable(node, protected, outer):
             continue
-        values = _evaluate(node, int(graph.opset))
-        if values is None or sum(v.nbytes for v in values) > max(max_bytes, _input_bytes(node)):
+        values = _values(node, opset)
+        if values is None or len(values) != len(node.outputs) or not _within_budget(node, values, max_bytes):
             continue
         for tensor, value in zip(list(node.outputs), values, strict=True):
             tensor.to_constant(np.asarray(value))
         node.outputs.clear()
         node.inputs.clear()
-        folded += 1
+        folded.add(id(node))
     if folded:
-        graph.cleanup(remove_unused_graph_inputs=False)
-    return folded
+        graph.nodes = [n for n in graph.nodes if id(n) not in folded]
+    return len(folded)
 
 
-def _foldable(node: gs.Node, graph_outputs: set[int], outer: set[str]) -> bool:
-    if node.domain not in (None, "", "ai.onnx") or node.op in NEVER_FOLD or not node.outputs:
+def _foldable(node: gs.Node, protected: set[int], outer: set[str]) -> bool:
+    if node.domain not in (None, "", "ai.onnx") or node.op in NEVER_FOLD or not node.outputs or not node.inputs:
         return False
-    if any(id(t) in graph_outputs or t.name in outer for t in node.outputs):
+    if any(id(t) in protected or t.name in outer or not isinstance(t, gs.Variable) for t in node.outputs):
         return False
-    if not node.inputs:
-        return False
-    if node.op in ("Shape", "Size"):  # only the (static) shape of the input matters
+    if node.op == "Shape":
+        return _shape_slice(node) is not None
+    if node.op == "Size":
         return _static_shape(node.inputs[0])
     if node.op == "CastLike":  # only the dtype of the second input matters
-        return _constant(node.inputs[0]) and len(node.inputs) == 2 and _known_dtype(node.inputs[1])
-    return all(_constant(t) or is_empty(t) for t in node.inputs)
+        return len(node.inputs) == 2 and isinstance(node.inputs[0], gs.Constant) and _known_dtype(node.inputs[1])
+    return all(isinstance(t, gs.Constant) or is_empty(t) for t in node.inputs)
 
 
-def _constant(tensor: gs.Tensor) -> bool:
-    return isinstance(tensor, gs.Constant)
+def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
+    if node.op == "Shape":
+        return [np.array(_shape_slice(node), dtype=np.int64)]
+    if node.op == "Size":
+        return [np.array(int(np.prod(node.inputs[0].shape)), dtype=np.int64)]
+    if node.op == "CastLike":
+        return [np.asarray(node.inputs[0].values).astype(np.dtype(node.inputs[1].dtype))]
+    from gsrewrite.simplify.evaluate import evaluate
+
+    inputs = [None if is_empty(t) else np.asarray(t.values) for t in node.inputs]
+    return evaluate(node, inputs, opset)
+
+
+def _shape_slice(node: gs.Node) -> list[int] | None:
+    """The dims a ``Shape`` node returns (``start``/``end`` applied) when all of them are static."""
+    shape = node.inputs[0].shape
+    if shape is None:
+        return None
+    rank = len(shape)
+    start, end = int(node.attrs.get("start", 0)), node.attrs.get("end")
+    end = rank if end is None else int(end)
+    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
+    dims = list(shape[start:end])
+    return dims if all(isinstance(d, int) and d >= 0 for d in dims) else None
+
+
+def _within_budget(node: gs.Node, values: list[np.ndarray], max_bytes: int) -> bool:
+    size = sum(v.nbytes for v in values)
+    if size > max_bytes:
+        return False
+    if size <= 64:  # a handful of numbers: smaller than the node it replaces
+        return True
+    freed = sum(_nbytes(t) for t in _distinct(node.inputs)
+                if isinstance(t, gs.Constant) and all(c is node for c in t.outputs))
+    return size <= freed + GROWTH_ALLOWANCE
+
+
+def _distinct(tensors: list[gs.Tensor]) -> list[gs.Tensor]:
+    return list({id(t): t for t in tensors}.values())
+
+
+def _nbytes(tensor: gs.Constant) -> int:
+    dtype = tensor.dtype
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:
+        itemsize = 1
+    return int(np.prod(tensor.shape)) * itemsize
 
 
 def _known_dtype(tensor: gs.Tensor) -> bool:
+    if tensor.dtype is None:
+        return False
     try:
         np.dtype(tensor.dtype)
     except TypeError:
         return False
-    return tensor.dtype is not None
+    return True
 
 
 def _static_shape(tensor: gs.Tensor) -> bool:
-    return tensor.shape is not None and _known_dtype(tensor) and all(isinstance(d, int) for d in tensor.shape)
-
-
-def _input_bytes(node: gs.Node) -> int:
-    return sum(np.asarray(t.values).nbytes for t in node.inputs if isinstance(t, gs.Constant))
-
-
-def _evaluate(node: gs.Node, opset: int) -> list[np.ndarray] | None:
-    feeds = {}
-    inputs = []
-    for i, tensor in enumerate(node.inputs):
-        if is_empty(tensor):
-            inputs.append("")
-            continue
-        name = f"in{i}"
-        inputs.append(name)
-        feeds[name] = np.asarray(tensor.values) if isinstance(tensor, gs.Constant) else _placeholder(tensor)
-    try:
-        model = _single_node_model(node, inputs, feeds, opset)
-        return [np.asarray(v) for v in ReferenceEvaluator(model).run(None, feeds)]
-    except Exception as exc:  # an op the reference cannot evaluate: leave it alone
-        log.debug("not folding %s (%s): %s", node.name, node.op, str(exc).splitlines()[0] if str(exc) else exc)
-        return None
-
-
-def _placeholder(tensor: gs.Tensor) -> np.ndarray:
-    """A zero array with the tensor's static shape (else a scalar) and dtype: its values are never read."""
-    shape = tensor.shape if _static_shape(tensor) else ()
-    return np.zeros(shape, dtype=np.dtype(tensor.dtype))
-
-
-def _single_node_model(node: gs.Node, inputs: list[str], feeds: dict[str, np.ndarray], opset: int) -> onnx.ModelProto:
-    outputs = [f"out{i}" for i in range(len(node.outputs))]
-    probe = gs.Graph(nodes=[gs.Node(node.op, attrs=dict(node.attrs),
-                                    inputs=[gs.Variable(n) if n else gs.Variable.empty() for n in inputs],
-                                    outputs=[gs.Variable(n) for n in outputs])])
-    proto_node = gs.export_onnx(probe, do_type_check=False).graph.node[0]
-    graph = onnx.helper.make_graph(
-        [proto_node], "fold",
-        [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-         for n, v in feeds.items()],
-        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outputs],
-    )
-    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    return tensor.shape is not None and all(isinstance(d, int) and d >= 0 for d in tensor.shape)

@@ -33,6 +33,8 @@ class Match:
     captures: dict[str, Any]
     replacement: TemplateGraph
     computed: dict[str, Any] = field(default_factory=dict)
+    #: intermediates read outside the match only through Shape/Size: the nodes computing them stay
+    kept: frozenset[str] = frozenset()
 
     @property
     def anchor(self) -> gs.Node:
@@ -84,6 +86,20 @@ class Match:
         if const is not None:
             return const
         raise KeyError(f"pattern {self.pattern.name!r}: no capture, computed value or constant named {name!r}")
+
+    def removed_nodes(self) -> list[gs.Node]:
+        """The matched nodes the replacement removes: all but those computing ``kept`` intermediates."""
+        template = self.variant.template
+        keep: set[str] = set()
+        pending = list(self.kept)
+        while pending:
+            name = pending.pop()
+            index = template.producer.get(name)
+            if index is None or template.nodes[index].label in keep:
+                continue
+            keep.add(template.nodes[index].label)
+            pending.extend(x for x in template.nodes[index].inputs if x in template.producer)
+        return [node for label, node in self.nodes.items() if label not in keep]
 
     def describe(self) -> dict[str, Any]:
         return {

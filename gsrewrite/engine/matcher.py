@@ -30,6 +30,8 @@ COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "Equal", "An
                          "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
 #: Variadic commutative ops with more operands than this are matched in the given order only.
 MAX_PERMUTED_OPERANDS = 4
+#: Outside readers of an intermediate that only need its shape: the nodes computing it are kept.
+SHAPE_ONLY = frozenset({"Shape", "Size"})
 #: How many outside nodes a side computation (see Matcher._dies_with) may have.
 MAX_SIDE_NODES = 64
 #: Constants larger than this are never compared against template values.
@@ -244,13 +246,15 @@ class Matcher:
 
     # --- completion ------------------------------------------------------------------------------------
     def _finish(self, state: _State) -> Match | None:
-        reason = self._boundary_violation(state)
+        kept: set[str] = set()
+        reason = self._boundary_violation(state, kept)
         if reason:
             self._fail(state, None, None, reason)
             return None
         t = self._cv.variant.template
         match = Match(self._cv.pattern, self._cv.variant, self.graph, dict(state.tmap),
-                      {t.nodes[i].label: n for i, n in state.nmap.items()}, dict(state.caps), self._cv.replacement)
+                      {t.nodes[i].label: n for i, n in state.nmap.items()}, dict(state.caps), self._cv.replacement,
+                      kept=frozenset(kept))
         for check in self._cv.pattern.checks:
             try:
                 reason = self.checks[check](match)
@@ -261,7 +265,9 @@ class Matcher:
                 return None
         return match
 
-    def _boundary_violation(self, state: _State) -> str:
+    def _boundary_violation(self, state: _State, kept: set[str]) -> str:
+        """Why the match may not be replaced ('' if it may); ``kept`` collects intermediates read outside only
+        for their shape (their producers stay in the graph)."""
         t = self._cv.variant.template
         produced = {id(o) for n in state.nmap.values() for o in n.outputs}
         for name in t.inputs:
@@ -273,9 +279,24 @@ class Matcher:
             if id(tensor) in self._graph_outputs:
                 return f"intermediate {tensor.name!r} ({name}) is a graph output"
             for consumer in tensor.outputs:
-                if id(consumer) not in state.used and not self._dies_with(consumer, state.used):
-                    return f"intermediate {tensor.name!r} ({name}) is also used by {consumer.name or consumer.op!r}"
+                if id(consumer) in state.used or self._dies_with(consumer, state.used):
+                    continue
+                if self._shape_only(consumer):
+                    kept.add(name)
+                    continue
+                return f"intermediate {tensor.name!r} ({name}) is also used by {consumer.name or consumer.op!r}"
         return ""
+
+    def _shape_only(self, node: gs.Node, depth: int = 0) -> bool:
+        """True when ``node`` (outside the match) reads its input only to learn a shape: a Shape/Size node, or
+        a chain of nodes whose every use ends in one (Transpose -> Shape)."""
+        if node.op in SHAPE_ONLY:
+            return True
+        if depth >= 4 or not node.outputs:
+            return False
+        uses = [c for out in node.outputs for c in out.outputs]
+        return bool(uses) and all(id(out) not in self._graph_outputs for out in node.outputs) and all(
+            self._shape_only(c, depth + 1) for c in uses)
 
     def _dies_with(self, node: gs.Node, used: set[int]) -> bool:
         """True when everything ``node`` computes feeds only the match (e.g. a Shape node computing a matched

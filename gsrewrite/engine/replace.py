@@ -37,7 +37,7 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
     for name in replacement.outputs:
         env[name] = match.tensors[match.variant.outputs.get(name, name)]
     inherited = {label: dict(node.attrs) for label, node in match.nodes.items()}
-    detach(match.nodes.values())
+    detach(match.removed_nodes())
     single = len(replacement.nodes) == 1
     added = []
     for tn in replacement.nodes:

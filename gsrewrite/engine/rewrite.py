@@ -129,8 +129,9 @@ class RewritePass:
         names = NameSource(graph)
         removed: set[int] = set()
         for match in matches:
-            old = [(n.name, n.op) for n in match.nodes.values()]
-            removed.update(id(n) for n in match.nodes.values())
+            gone = match.removed_nodes()
+            old = [(n.name, n.op) for n in gone]
+            removed.update(id(n) for n in gone)
             added = replace_match(graph, match, names)
             result.counts[match.pattern.name] += 1
             result.records.append(MatchRecord(

@@ -86,10 +86,10 @@ def attention_scale(match: Match) -> float:
 
 
 def attention_heads_inputs(match: Match) -> str | None:
-    """Q and V are [B, H, S, dh] with static H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
+    """Q and V are [B, H, S, dh] with known H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
     q, v, k = match.shape("q4"), match.shape("v4"), match.shape("k4")
-    if q is None or len(q) != 4 or not isinstance(q[1], int) or not isinstance(q[3], int):
-        return f"Q has shape {q}, not [batch, heads, sequence, head_size] with static heads and head size"
+    if q is None or len(q) != 4 or _q_heads(match) is None:
+        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count and size"
     if v is None or len(v) != 4:
         return f"V has shape {v}, not [batch, heads, sequence, head_size]"
     if k is None or len(k) not in (4, 5):
@@ -98,14 +98,46 @@ def attention_heads_inputs(match: Match) -> str | None:
 
 
 def attention_heads_from_q(match: Match) -> int:
-    """The number of heads: dim 1 of Q in [B, H, S, dh]."""
-    return int(match.shape("q4")[1])
+    """The number of heads of Q in [B, H, S, dh]."""
+    found = _q_heads(match)
+    if found is None:
+        raise CheckFailed("cannot tell the number of heads of Q")
+    return found[0]
 
 
 def attention_kv_shape(match: Match) -> np.ndarray:
     """A Reshape target that brings K to [B, H, L, dh] (also from a [B, Hkv, rep, L, dh] expansion)."""
-    q = match.shape("q4")
-    return np.array([0, int(q[1]), -1, int(q[3])], dtype=np.int64)
+    found = _q_heads(match)
+    if found is None:
+        raise CheckFailed("cannot tell the number of heads of Q")
+    return np.array([0, found[0], -1, found[1]], dtype=np.int64)
+
+
+def _q_heads(match: Match) -> tuple[int, int] | None:
+    """(H, dh) of Q [B, H, S, dh]: from inferred shapes, else from the head reshape upstream of Q (through
+    rotary arithmetic and the head transpose), with -1 resolved by the projection's hidden size."""
+    shape = match.shape("q4")
+    if shape is not None and len(shape) == 4 and isinstance(shape[1], int) and isinstance(shape[3], int):
+        return shape[1], shape[3]
+    tensor, steps = match.tensor("q4"), 0
+    while tensor is not None and tensor.inputs and steps < 8:
+        node = tensor.inputs[0]
+        if node.op == "Reshape":
+            return _heads_of_reshape(node)
+        tensor = next((t for t in node.inputs if not isinstance(t, gs.Constant) and t.inputs), None)
+        steps += 1
+    return None
+
+
+def _heads_of_reshape(node: gs.Node) -> tuple[int, int] | None:
+    parts = _shape_parts(node.inputs[1]) if len(node.inputs) > 1 else None
+    if parts is None or len(parts) != 4 or not isinstance(parts[3], int) or parts[3] <= 0:
+        return None
+    heads, head_size = parts[2], parts[3]
+    if isinstance(heads, int) and heads > 0:
+        return heads, head_size
+    hidden = _hidden_of(node.inputs[0])
+    return (hidden // head_size, head_size) if hidden and hidden % head_size == 0 else None
 
 
 def attention_scores(match: Match) -> str | None:
@@ -152,10 +184,13 @@ def _shape_parts(tensor: gs.Tensor | None) -> list[int | None] | None:
 
 
 def _hidden_size(match: Match) -> int | None:
-    shape = match.shape("q_lin")
-    if shape is not None and shape and isinstance(shape[-1], int):
-        return shape[-1]
-    tensor = match.tensor("q_lin")
+    return _hidden_of(match.tensor("q_lin"))
+
+
+def _hidden_of(tensor: gs.Tensor | None) -> int | None:
+    """The last dim of a projection output: inferred, else the width of the weight that produced it."""
+    if tensor is not None and tensor.shape is not None and tensor.shape and isinstance(tensor.shape[-1], int):
+        return int(tensor.shape[-1])
     seen = 0
     while tensor is not None and tensor.inputs and seen < 4:  # through the bias Add to the weight
         node = tensor.inputs[0]
