@@ -10,8 +10,10 @@ the pattern's named checks. Nodes already claimed by another match are unavailab
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +59,14 @@ class CompiledVariant:
     def anchor_op(self) -> tuple[str, str]:
         node = self.variant.template.nodes[self.plan[0].node]
         return node.domain, node.op
+
+    @functools.cached_property
+    def required_ops(self) -> Counter:
+        """How many nodes of each (domain, op) a match needs: a graph with fewer cannot match."""
+        return Counter((n.domain, n.op) for n in self.variant.template.nodes)
+
+    def possible_in(self, op_counts: Mapping[tuple[str, str], int]) -> bool:
+        return all(op_counts.get(op, 0) >= count for op, count in self.required_ops.items())
 
 
 class _State:

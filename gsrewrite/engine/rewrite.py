@@ -98,10 +98,13 @@ class RewritePass:
         index: dict[tuple[str, str], list[gs.Node]] = {}
         for node in graph.nodes:
             index.setdefault((node.domain or "", node.op), []).append(node)
+        counts = {op: len(nodes) for op, nodes in index.items()}
         claimed: set[int] = set()
         matcher = Matcher(graph, claimed, self.checks, tracer)
         matches = []
         for cv in compiled:
+            if not cv.possible_in(counts):  # the graph lacks some op the template needs
+                continue
             for anchor in index.get(cv.anchor_op, ()):
                 if id(anchor) in claimed:
                     continue

@@ -7,6 +7,7 @@ them by name. See docs/writing_patterns.md for the format.
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,8 +84,26 @@ class Pattern:
 
 
 def load_pattern(path: str | Path) -> list[Pattern]:
-    """Read a pattern file (one family, one or more patterns). Raises PatternError on any problem."""
+    """Read a pattern file (one family, one or more patterns). Raises PatternError on any problem.
+
+    Parsed files are cached per process by path, size and modification time (patterns are not mutated).
+    """
     path = Path(path)
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise PatternError(f"pattern file not found: {path}") from None
+    except OSError as exc:
+        raise PatternError(f"cannot read pattern file {path}: {exc}") from None
+    return list(_load_cached(str(path), stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
+    return tuple(_load_uncached(Path(path)))
+
+
+def _load_uncached(path: Path) -> list[Pattern]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
