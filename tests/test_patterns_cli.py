@@ -1,0 +1,44 @@
+"""`gsrewrite patterns list|show` and `gsrewrite optimize` on the example model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import onnx
+from click.testing import CliRunner
+
+from gsrewrite.cli import main
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "bert-tiny.onnx"
+
+
+def test_patterns_list_json_has_every_family():
+    result = CliRunner().invoke(main, ["patterns", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    entries = {e["name"]: e for e in json.loads(result.stdout)}
+    assert {"layernorm", "gelu-erf", "fastgelu", "mha", "conv-bn", "matmul-add", "rmsnorm"} <= set(entries)
+    assert entries["mha"]["targets"] == ["ort", "onnx"] and entries["mha"]["variants"] > 1
+    assert entries["layernorm"]["provider"].startswith("plugin 'builtin:patterns'")
+
+
+def test_patterns_show_prints_the_templates():
+    result = CliRunner().invoke(main, ["patterns", "show", "layernorm"])
+    assert result.exit_code == 0, result.output
+    assert "ReduceMean <axes = @axes" in result.stdout and "LayerNormalization" in result.stdout
+
+
+def test_patterns_show_unknown_name_exits_2():
+    result = CliRunner().invoke(main, ["patterns", "show", "no-such"])
+    assert result.exit_code == 2 and "unknown pattern 'no-such'" in result.stderr
+
+
+def test_optimize_the_example(tmp_path):
+    out = tmp_path / "bert.opt.onnx"
+    result = CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["validation"]["ok"] and report["nodes_after"] < report["nodes_before"]
+    ops = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
+    assert ops["MultiHeadAttention"] == 2 and ops["Softmax"] == 0 and ops["Erf"] == 0
