@@ -153,7 +153,6 @@ def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, expla
     if not run.modified:
         return model, run
     legalize(graph)
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
     return to_model(graph, model), run
 
 

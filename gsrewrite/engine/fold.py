@@ -33,8 +33,9 @@ GROWTH_ALLOWANCE = 4096
 #: their inputs.
 NEVER_FOLD = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
-    "If", "Loop", "Scan", "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty", "Dropout",
-    "Constant",
+    "If", "Loop", "Scan", "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceEmpty", "SequenceErase",
+    "SequenceLength", "SequenceMap", "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
+    "OptionalHasElement", "Dropout", "Constant",
 })
 
 

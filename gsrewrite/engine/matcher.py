@@ -68,6 +68,22 @@ class CompiledVariant:
     def possible_in(self, op_counts: Mapping[tuple[str, str], int]) -> bool:
         return all(op_counts.get(op, 0) >= count for op, count in self.required_ops.items())
 
+    @functools.cached_property
+    def anchor_feeders(self) -> Counter:
+        """(domain, op) of the template nodes feeding the anchor, one per input position."""
+        t = self.variant.template
+        anchor = t.nodes[self.plan[0].node]
+        return Counter((t.nodes[t.producer[x]].domain, t.nodes[t.producer[x]].op)
+                       for x in anchor.inputs if x in t.producer)
+
+    def anchor_may_match(self, node: gs.Node) -> bool:
+        """A cheap necessary condition: the graph node's inputs come from at least the template's feeders."""
+        needed = self.anchor_feeders
+        if not needed:
+            return True
+        have = Counter((t.inputs[0].domain or "", t.inputs[0].op) for t in node.inputs if t.inputs)
+        return all(have.get(op, 0) >= count for op, count in needed.items())
+
 
 class _State:
     __slots__ = ("caps", "nmap", "tmap", "used")

@@ -1,9 +1,10 @@
 """The pattern rewrite pass: every selected pattern, largest first, repeated to a fixed point.
 
 One *sweep* indexes the graph's nodes by op type, tries every compiled variant (in priority order) at every
-candidate anchor (in topological order), claims the nodes of each match so that matches never overlap, then
-replaces all matches, cleans up and sorts the graph once. Sweeps repeat until nothing matches (bounded), so
-a pattern may build on another's output (SkipLayerNormalization on a fused LayerNormalization).
+candidate anchor (in graph order), claims the nodes of each match so that matches never overlap, then
+replaces all matches. Sweeps repeat until nothing matches (bounded), so a pattern may build on another's
+output (SkipLayerNormalization on a fused LayerNormalization). The graph is cleaned up and sorted once, at
+the end of the pass.
 """
 
 from __future__ import annotations
@@ -70,15 +71,18 @@ class RewritePass:
     def run(self, graph: gs.Graph) -> PassResult:
         result = PassResult(graph, False)
         compiled = self._compile(int(graph.opset), result.skipped)
+        names = NameSource(graph)
         for _sweep in range(self.max_sweeps):
             tracer = Tracer() if self.explain else None
             matches = self._find(graph, compiled, tracer)
             result.tracer = tracer
             if not matches:
                 break
-            self._replace(graph, matches, result)
+            self._replace(graph, matches, result, names)
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
+        if result.modified:
+            graph.cleanup(remove_unused_graph_inputs=False).toposort()
         return result
 
     def _compile(self, opset: int, skipped: dict[str, str]) -> list[CompiledVariant]:
@@ -106,7 +110,7 @@ class RewritePass:
             if not cv.possible_in(counts):  # the graph lacks some op the template needs
                 continue
             for anchor in index.get(cv.anchor_op, ()):
-                if id(anchor) in claimed:
+                if id(anchor) in claimed or not cv.anchor_may_match(anchor):
                     continue
                 if tracer is not None:
                     tracer.attempt(cv.pattern.name)
@@ -128,8 +132,7 @@ class RewritePass:
                 return False
         return True
 
-    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult) -> None:
-        names = NameSource(graph)
+    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult, names: NameSource) -> None:
         removed: set[int] = set()
         for match in matches:
             gone = match.removed_nodes()
@@ -142,5 +145,4 @@ class RewritePass:
                 [op for _, op in old], [n.op for n in added],
             ))
         graph.nodes = [n for n in graph.nodes if id(n) not in removed]
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
         result.modified = True
