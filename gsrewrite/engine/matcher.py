@@ -40,6 +40,8 @@ MAX_SIDE_NODES = 64
 MAX_COMPARED_ELEMENTS = 1 << 20
 
 CheckFn = Callable[[Match], "str | None"]
+#: search plans per variant (variants are immutable and cached with their pattern file)
+_PLANS: dict[int, tuple[Variant, list[PlanStep]]] = {}
 
 
 @dataclass
@@ -53,7 +55,11 @@ class CompiledVariant:
 
     @classmethod
     def build(cls, pattern: Pattern, variant: Variant, replacement: TemplateGraph) -> CompiledVariant:
-        return cls(pattern, variant, build_plan(variant.template, f"pattern {pattern.name!r}"), replacement)
+        cached = _PLANS.get(id(variant))
+        if cached is None or cached[0] is not variant:  # (the variant object is kept, so its id stays unique)
+            cached = (variant, build_plan(variant.template, f"pattern {pattern.name!r}"))
+            _PLANS[id(variant)] = cached
+        return cls(pattern, variant, cached[1], replacement)
 
     @property
     def anchor_op(self) -> tuple[str, str]:
@@ -213,7 +219,8 @@ class Matcher:
                     return None
                 caps = {**caps, spec.name: value}
             elif not _same(spec, value):
-                self._fail(state, tn, gn, f"attribute {name}={value!r}, template requires {spec!r}")
+                if self.tracer is not None:  # formatting values (arrays) is not free: only when explaining
+                    self._fail(state, tn, gn, f"attribute {name}={value!r}, template requires {spec!r}")
                 return None
         return caps
 
@@ -241,7 +248,8 @@ class Matcher:
                 state, tn, gn, f"reads {tensor.name!r} where {name!r} is already bound to {bound.name!r}")
         if name in t.constants:
             if not self._constant_equals(tensor, t.constants[name]):
-                return self._fail(state, tn, gn, f"{tensor.name!r} is not the constant {_show(t.constants[name])}")
+                return self.tracer is not None and self._fail(
+                    state, tn, gn, f"{tensor.name!r} is not the constant {_show(t.constants[name])}")
         elif name in t.producer:
             if not tensor.inputs:
                 return self._fail(state, tn, gn, f"{tensor.name!r} must be computed by the pattern's nodes")
