@@ -215,3 +215,47 @@ COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_heads_from_q": attention_heads_from_q,
     "attention_kv_shape": attention_kv_shape,
 }
+
+
+def packable_projections(match: Match) -> str | None:
+    """Three [D, Dq] projection weights of one 3-D input with the same output width (self-attention)."""
+    weights = [match.constant(w) for w in ("wq", "wk", "wv")]
+    if any(w is None or w.ndim != 2 for w in weights):
+        return "the projection weights are not constant matrices"
+    if len({w.shape for w in weights}) != 1:
+        return f"projection shapes differ: {[list(w.shape) for w in weights]}"
+    shape = match.shape("x")
+    if shape is not None and len(shape) != 3:
+        return f"the attention input has rank {len(shape)}, Attention needs [batch, sequence, hidden]"
+    return None
+
+
+def packed_qkv_weight(match: Match) -> np.ndarray:
+    """[D, 3 Dq]: the three projection weights side by side."""
+    return np.concatenate([match.constant(w) for w in ("wq", "wk", "wv")], axis=1)
+
+
+def packed_qkv_bias(match: Match) -> np.ndarray:
+    """[3 Dq]: the three biases (zeros for a projection without one)."""
+    width = match.constant("wq").shape[1]
+    dtype = match.constant("wq").dtype
+    parts = [match.constant(b) for b in ("bq", "bk", "bv")]
+    return np.concatenate([p.reshape(-1).astype(dtype) if p is not None else np.zeros(width, dtype) for p in parts])
+
+
+def even_qkv_split(match: Match) -> str | None:
+    """The Split cuts the packed projection into three equal parts, and the 3-D input feeds it unchanged."""
+    node, weight = match.node("split"), match.constant("w")
+    if node is None or weight is None or weight.ndim != 2 or weight.shape[1] % 3:
+        return "the projection weight is not a constant [D, 3 D] matrix"
+    sizes = node.attrs.get("split")
+    if sizes is not None and len(set(int(s) for s in sizes)) != 1:
+        return f"the split sizes {list(sizes)} are not equal"
+    shape = match.shape("x")
+    if shape is None or len(shape) != 3 or shape[-1] != weight.shape[0]:
+        return f"the attention input has shape {shape}, not [batch, sequence, {weight.shape[0]}]"
+    return None
+
+
+CHECKS.update({"packable_projections": packable_projections, "even_qkv_split": even_qkv_split})
+COMPUTATIONS.update({"packed_qkv_weight": packed_qkv_weight, "packed_qkv_bias": packed_qkv_bias})
