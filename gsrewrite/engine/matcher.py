@@ -27,9 +27,13 @@ from gsrewrite.engine.tracing import Tracer
 from gsrewrite.patterns.pattern import Pattern, Variant
 from gsrewrite.patterns.template import Capture, TemplateGraph, TNode
 
-#: Ops whose operands may be given in any order.
-COMMUTATIVE = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean", "Equal", "And", "Or", "Xor",
-                         "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+#: Ops whose operands may be given in any order: (domain, op) -> how many leading operands commute (0 = all).
+COMMUTATIVE: dict[tuple[str, str], int] = {
+    **{("", op): 0 for op in ("Add", "Mul", "Max", "Min", "Sum", "Mean", "Equal", "And", "Or", "Xor",
+                              "BitwiseAnd", "BitwiseOr", "BitwiseXor")},
+    ("com.microsoft", "SkipLayerNormalization"): 2,  # LN(input + skip): the two are interchangeable
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): 2,
+}
 #: Variadic commutative ops with more operands than this are matched in the given order only.
 MAX_PERMUTED_OPERANDS = 4
 #: Outside readers of an intermediate that only need its shape: the nodes computing it are kept.
@@ -196,11 +200,14 @@ class Matcher:
 
     def _orders(self, tn: TNode, g_inputs: list[gs.Tensor]) -> Iterator[tuple[int, ...]]:
         n = len(g_inputs)
-        if tn.op not in COMMUTATIVE or tn.domain or n < 2 or n > MAX_PERMUTED_OPERANDS:
+        leading = COMMUTATIVE.get((tn.domain, tn.op))
+        k = n if leading == 0 else (leading or 0)
+        if k < 2 or n < 2 or k > MAX_PERMUTED_OPERANDS:
             yield tuple(range(n))
             return
         seen = set()
-        for order in itertools.permutations(range(n)):
+        for head in itertools.permutations(range(min(k, n))):
+            order = (*head, *range(min(k, n), n))
             key = tuple(id(g_inputs[i]) for i in order)
             if key not in seen:
                 seen.add(key)

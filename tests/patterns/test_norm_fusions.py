@@ -80,3 +80,22 @@ def test_rmsnorm_target_onnx_is_rmsnormalization_23():
 def test_rmsnorm_over_a_middle_axis_is_not_fused():
     result = assert_no_rewrite(rmsnorm("legacy", axes="[1]"), ["rmsnorm"])
     assert "trailing" in result.near_misses["rmsnorm"].reason
+
+
+def test_skip_layernorm_takes_the_projection_bias_from_either_input():
+    """SkipLayerNormalization(a, b) = LN(a + b): the bias Add may feed either of the two interchangeable inputs."""
+    for first in ("t", "r"):
+        second = "r" if first == "t" else "t"
+        text = f"""
+        g (float[2, 4, 8] x, float[2, 4, 8] r) => (float[2, 4, 8] y) {{
+            m = MatMul (x, w)
+            t = Add (m, bias)
+            s = Add ({first}, {second})
+            y = LayerNormalization <axis = -1, epsilon = 0.000001> (s, gamma, beta)
+        }}"""
+        inits = {"w": RNG.normal(size=(8, 8)).astype(np.float32), "bias": RNG.normal(size=8).astype(np.float32),
+                 "gamma": GAMMA, "beta": BETA}
+        result = assert_rewrite(model_from_text(text, initializers=inits), ["skip-layernorm"],
+                                {"skip-layernorm": 1, "skip-layernorm-bias": 1}, absent=["Add"])
+        node = next(n for n in result.model.graph.node if n.op_type == "SkipLayerNormalization")
+        assert node.input[4] == "bias"
