@@ -27,6 +27,7 @@ _LAZY = {
     "RewriteResult": "gsrewrite.engine",
     "load_pattern": "gsrewrite.patterns",
     "get_plugin_manager": "gsrewrite.plugin_manager",
+    "simplify": "gsrewrite.simplifier",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -41,4 +41,4 @@ def test_optimize_the_example(tmp_path):
     report = json.loads(result.stdout)
     assert report["validation"]["ok"] and report["nodes_after"] < report["nodes_before"]
     ops = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
-    assert ops["MultiHeadAttention"] == 2 and ops["Softmax"] == 0 and ops["Erf"] == 0
+    assert ops["Attention"] == 2 and ops["Softmax"] == 0 and ops["Erf"] == 0  # packed QKV attention

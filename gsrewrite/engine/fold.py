@@ -2,7 +2,7 @@
 
 A node is folded when every input is a constant, or when it only needs what shape inference already knows
 (``Shape``/``Size`` of a tensor whose shape is static, ``CastLike`` of a constant to a known dtype). Values
-come from numpy kernels, or ``onnx.reference`` for the less common ops (:mod:`gsrewrite.simplify.evaluate`).
+come from numpy kernels, or ``onnx.reference`` for the less common ops (:mod:`gsrewrite.simplifier.evaluate`).
 
 Folding never bloats the model. A folded value must fit in ``max_bytes``, and it may exceed the constants
 it frees (inputs that only this node reads) by at most :data:`GROWTH_ALLOWANCE` bytes. So an ``Expand``,
@@ -46,7 +46,7 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     nobody reads any more simply disappear from it.
     """
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
-    outer = subgraph_outer_names(graph)
+    outer = subgraph_outer_names(graph) if any(_may_hold_subgraphs(n) for n in graph.nodes) else set()
     opset = int(graph.opset)
     folded: set[int] = set()
     for node in graph.nodes:
@@ -63,6 +63,10 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     if folded:
         graph.nodes = [n for n in graph.nodes if id(n) not in folded]
     return len(folded)
+
+
+def _may_hold_subgraphs(node: gs.Node) -> bool:
+    return node.op in ("If", "Loop", "Scan", "SequenceMap") or node.domain not in (None, "", "ai.onnx")
 
 
 def _foldable(node: gs.Node, protected: set[int], outer: set[str]) -> bool:
@@ -86,7 +90,7 @@ def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
         return [np.array(int(np.prod(node.inputs[0].shape)), dtype=np.int64)]
     if node.op == "CastLike":
         return [np.asarray(node.inputs[0].values).astype(np.dtype(node.inputs[1].dtype))]
-    from gsrewrite.simplify.evaluate import evaluate
+    from gsrewrite.simplifier.evaluate import evaluate
 
     inputs = [None if is_empty(t) else np.asarray(t.values) for t in node.inputs]
     return evaluate(node, inputs, opset)

@@ -315,12 +315,13 @@ class Matcher:
             tensor = state.tmap.get(name)
             if tensor is not None and id(tensor) in produced:
                 return f"wildcard {name!r} is bound to {tensor.name!r}, which the match itself computes"
+        needed = {id(state.tmap[name]) for name in t.inputs if name in state.tmap}  # the replacement reads them
         for name in t.intermediates:
             tensor = state.tmap[name]
             if id(tensor) in self._graph_outputs:
                 return f"intermediate {tensor.name!r} ({name}) is a graph output"
             for consumer in tensor.outputs:
-                if id(consumer) in state.used or self._dies_with(consumer, state.used):
+                if id(consumer) in state.used or self._dies_with(consumer, state.used, needed):
                     continue
                 if self._shape_only(consumer):
                     kept.add(name)
@@ -339,9 +340,10 @@ class Matcher:
         return bool(uses) and all(id(out) not in self._graph_outputs for out in node.outputs) and all(
             self._shape_only(c, depth + 1) for c in uses)
 
-    def _dies_with(self, node: gs.Node, used: set[int]) -> bool:
+    def _dies_with(self, node: gs.Node, used: set[int], needed: set[int]) -> bool:
         """True when everything ``node`` computes feeds only the match (e.g. a Shape node computing a matched
-        Reshape's target shape): such a side computation dies with the match and is removed by cleanup."""
+        Reshape's target shape): such a side computation dies with the match and is removed by cleanup. It
+        must not compute any tensor the match binds as an input (``needed``): the replacement reads those."""
         stack, seen = [node], set()
         while stack:
             current = stack.pop()
@@ -351,7 +353,7 @@ class Matcher:
             if len(seen) > MAX_SIDE_NODES:
                 return False
             for out in current.outputs:
-                if id(out) in self._graph_outputs:
+                if id(out) in self._graph_outputs or id(out) in needed:
                     return False
                 stack.extend(c for c in out.outputs if id(c) not in used)
         return True

@@ -42,7 +42,7 @@ def optimize(
 
 def _simplified(model: onnx.ModelProto, options: dict[str, Any]) -> onnx.ModelProto:
     try:
-        from gsrewrite.simplify import simplify
+        from gsrewrite.simplifier import simplify
     except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
         log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
         return model

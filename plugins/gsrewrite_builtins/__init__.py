@@ -8,4 +8,5 @@ not through entry points, so the built-ins stay loaded when plugin autoloading i
 BUILTIN_PLUGINS: list[str] = [
     "gsrewrite_builtins.patterns",
     "gsrewrite_builtins.profilers",
+    "gsrewrite_builtins.passes",
 ]

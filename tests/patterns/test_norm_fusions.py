@@ -99,3 +99,19 @@ def test_skip_layernorm_takes_the_projection_bias_from_either_input():
                                 {"skip-layernorm": 1, "skip-layernorm-bias": 1}, absent=["Add"])
         node = next(n for n in result.model.graph.node if n.op_type == "SkipLayerNormalization")
         assert node.input[4] == "bias"
+
+
+def test_a_value_reused_to_compute_the_skip_input_is_not_swallowed():
+    """wav2vec2: the projected features feed the bias Add AND (through a conv) the residual skip input."""
+    text = """
+    g (float[2, 4, 8] x) => (float[2, 4, 8] y) {
+        m = MatMul (x, w)
+        t = Add (m, bias)
+        r = Relu (t)
+        s = Add (t, r)
+        y = LayerNormalization <axis = -1, epsilon = 0.000001> (s, gamma, beta)
+    }"""
+    inits = {"w": RNG.normal(size=(8, 8)).astype(np.float32), "bias": RNG.normal(size=8).astype(np.float32),
+             "gamma": GAMMA, "beta": BETA}
+    result = assert_rewrite(model_from_text(text, initializers=inits), ["skip-layernorm"], {"skip-layernorm": 1})
+    assert "skip-layernorm-bias" not in result.counts

@@ -1,0 +1,88 @@
+"""Validation of a simplified model, and bisection to the pass that broke it.
+
+The original model runs once (:class:`gsrewrite.validation.Validator`); every candidate is compared with
+those outputs. A candidate onnxruntime cannot load or run counts as a failed comparison (that is a bug in
+a pass, not in the user's model). When the result fails, the passes that changed something are bisected
+(smallest failing prefix, in pipeline order): the last pass of that prefix is dropped and the rest runs
+again, until the result agrees — at worst the original model comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from gsrewrite.errors import InputDataError, ValidationError
+from gsrewrite.protocols import GraphPass
+
+log = logging.getLogger(__name__)
+
+#: Runs the pipeline with the given passes: (model, changes per pass, rounds).
+Runner = Callable[[Sequence[GraphPass]], "tuple[onnx.ModelProto, dict[str, int], int]"]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The verdict on a candidate onnxruntime could not load or run (shaped like a ValidationReport)."""
+
+    reason: str
+    ok: bool = False
+
+    def summary(self) -> str:
+        return f"FAILED: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "summary": self.summary(), "outputs": []}
+
+
+class Checker:
+    """Compares candidates with ``original`` (``options``: keyword arguments of :func:`gsrewrite.validate`)."""
+
+    def __init__(self, original: onnx.ModelProto, options: dict[str, Any]) -> None:
+        from gsrewrite.validation import Validator
+
+        try:
+            self._validator = Validator(original, **options)
+        except ValidationError as exc:  # the original itself cannot run: nothing to compare with
+            raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
+
+    def __call__(self, candidate: onnx.ModelProto) -> Any:
+        try:
+            return self._validator.check(candidate)
+        except (ValidationError, InputDataError) as exc:
+            return Rejected(str(exc).splitlines()[0])
+
+
+def validate_and_bisect(model: onnx.ModelProto, counts: dict[str, int], passes: Sequence[GraphPass],
+                        run: Runner, check: Checker) -> tuple[onnx.ModelProto, dict[str, int], Any, dict[str, str]]:
+    """The validated result: (model, counts, last verdict, dropped pass -> why). When even the run without
+    any pass fails (fixing the input shapes alone changes the outputs) the verdict is not ok and the
+    caller keeps the original."""
+    report = check(model)
+    dropped: dict[str, str] = {}
+    active = [p for p in passes if counts.get(p.name)]
+    while not report.ok and active:
+        guilty = _first_failing(active, run, check)
+        log.warning("pass %s changes the outputs (%s): dropping it", guilty.name, report.summary())
+        dropped[guilty.name] = report.summary()
+        active = [p for p in active if p is not guilty]
+        model, counts, _ = run(active)
+        report = check(model)
+    return model, counts, report, dropped
+
+
+def _first_failing(active: list[GraphPass], run: Runner, check: Checker) -> GraphPass:
+    """The last pass of the smallest prefix of ``active`` whose result fails validation."""
+    low, high = 1, len(active)
+    while low < high:
+        mid = (low + high) // 2
+        model, counts, _ = run(active[:mid])
+        if counts and not check(model).ok:
+            high = mid
+        else:
+            low = mid + 1
+    return active[high - 1]

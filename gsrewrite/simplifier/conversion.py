@@ -1,0 +1,190 @@
+"""Model <-> graph for simplify: shape inference on a weightless copy, export without extra copies.
+
+``onnx.shape_inference`` serializes the whole model and parses the result back; for a model of a few
+megabytes that costs more than all the passes. Large initializers carry nothing inference needs besides
+their type and shape, so :func:`import_graph` hides them (as graph inputs of the same type) from a copy,
+infers that, imports it, and turns those inputs into constants backed by the original tensors (read lazily,
+never copied). Small
+initializers (shape vectors, axes, scalars) stay: data propagation reads their values.
+
+:func:`export_model` is :func:`gsrewrite.engine.graph.to_model` without its copies of the weights: the
+exported ModelProto receives the original's IR version, opsets, producer, metadata and functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import Any
+
+import onnx
+import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
+from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
+
+log = logging.getLogger(__name__)
+
+#: Initializers larger than this (bytes of data) are hidden from shape inference.
+HIDDEN_FROM_INFERENCE = 1024
+#: Model fields (besides the graph, opsets, metadata and functions) carried over from the original.
+_MODEL_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
+_INFERENCE_LIMIT = 2**31 - 1
+
+
+def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
+    """``model``'s graph in onnx-graphsurgeon, with the dtypes and shapes ONNX shape inference finds, and the
+    number of top-level ``Constant`` nodes that were turned into initializers on the way (cheaper here than
+    as graphsurgeon nodes)."""
+    initializers, nodes = _constants_as_initializers(model.graph)
+    converted = len(model.graph.node) - len(nodes)
+    big = {t.name: t for t in initializers if _data_bytes(t) > HIDDEN_FROM_INFERENCE}
+    light = _light_copy(model, nodes, [t for t in initializers if t.name not in big], big)
+    graph = gs.import_onnx(_infer(light))
+    if big:
+        hidden = [t for t in graph.inputs if t.name in big and isinstance(t, gs.Variable)]
+        for tensor in hidden:
+            tensor.to_constant(LazyValues(big[tensor.name]))
+        hidden_ids = {id(t) for t in hidden}
+        graph.inputs = [t for t in graph.inputs if id(t) not in hidden_ids]
+    return graph, converted
+
+
+def _constants_as_initializers(graph: onnx.GraphProto) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
+    """The graph's initializers plus one per ``Constant`` node (except graph outputs), and the other nodes."""
+    outputs = {o.name for o in graph.output}
+    initializers, nodes = list(graph.initializer), []
+    for node in graph.node:
+        tensor = None
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1 \
+                and node.output[0] not in outputs:
+            tensor = _constant_tensor(node)
+        if tensor is None:
+            nodes.append(node)
+        else:
+            initializers.append(tensor)
+    return initializers, nodes
+
+
+def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    if len(node.attribute) != 1 or node.attribute[0].ref_attr_name:
+        return None
+    attr, name = node.attribute[0], node.output[0]
+    if attr.name == "value":
+        tensor = onnx.TensorProto()
+        tensor.CopyFrom(attr.t)
+        tensor.name = name
+        return tensor
+    kinds = {"value_float": (onnx.TensorProto.FLOAT, False), "value_floats": (onnx.TensorProto.FLOAT, True),
+             "value_int": (onnx.TensorProto.INT64, False), "value_ints": (onnx.TensorProto.INT64, True)}
+    if attr.name not in kinds:
+        return None  # strings and sparse values: left to the graph-level conversion
+    data_type, is_list = kinds[attr.name]
+    values = list(onnx.helper.get_attribute_value(attr)) if is_list else [onnx.helper.get_attribute_value(attr)]
+    return onnx.helper.make_tensor(name, data_type, [len(values)] if is_list else [], values)
+
+
+def _light_copy(model: onnx.ModelProto, nodes: list[onnx.NodeProto], small: list[onnx.TensorProto],
+                big: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
+    """A copy of ``model`` with ``nodes`` and ``small`` initializers; ``big`` ones become typed graph inputs."""
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name not in ("initializer", "input", "node"):
+            _copy_field(light.graph, field, value)
+    light.graph.node.extend(_bare(n) for n in nodes)
+    light.graph.initializer.extend(small)
+    light.graph.input.extend(vi for vi in model.graph.input if vi.name not in big)
+    light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in big.values())
+    return light
+
+
+def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
+    """The node without its doc string and metadata (debug information inference and graphsurgeon ignore)."""
+    if not node.metadata_props and not node.doc_string:
+        return node
+    bare = onnx.NodeProto(input=node.input, output=node.output, op_type=node.op_type, attribute=node.attribute)
+    for name in ("name", "domain", "overload"):  # set only when present: an empty domain must stay unset
+        if node.HasField(name):
+            setattr(bare, name, getattr(node, name))
+    return bare
+
+
+def _copy_field(target: Any, field: Any, value: Any) -> None:
+    if field.is_repeated:
+        getattr(target, field.name).extend(value)
+    elif field.message_type is not None:
+        getattr(target, field.name).CopyFrom(value)
+    else:
+        setattr(target, field.name, value)
+
+
+def _data_bytes(tensor: onnx.TensorProto) -> int:
+    return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    if model.ByteSize() >= _INFERENCE_LIMIT:
+        log.info("model is over 2 GB: skipping shape inference")
+        return model
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as exc:  # inference is an aid, never a requirement
+        log.info("shape inference failed (%s); continuing without inferred shapes", str(exc).splitlines()[0])
+        return model
+
+
+def export_model(graph: gs.Graph, original: onnx.ModelProto,
+                 value_info: Collection[str] | None = None) -> onnx.ModelProto:
+    """``graph`` as a model with ``original``'s IR version, opsets, producer, metadata and functions.
+
+    With ``value_info``, only those intermediate tensors get a ``value_info`` entry (graph inputs and
+    outputs always keep their types). ``graph`` is not usable afterwards: the other tensors lose their types.
+    """
+    if value_info is not None:
+        _forget_types(graph, set(value_info))
+    model = onnx.ModelProto()
+    for name in _MODEL_FIELDS:
+        if original.HasField(name):
+            setattr(model, name, getattr(original, name))
+    _write_graph(graph, model.graph)
+    model.graph.name = original.graph.name
+    if original.graph.doc_string:
+        model.graph.doc_string = original.graph.doc_string
+    model.opset_import.extend(original.opset_import)
+    known = {"" if imp.domain == "ai.onnx" else imp.domain for imp in original.opset_import}
+    model.opset_import.extend(imp for imp in update_import_domains(graph)
+                              if ("" if imp.domain == "ai.onnx" else imp.domain) not in known)
+    model.metadata_props.extend(original.metadata_props)
+    model.functions.extend(original.functions)
+    model.training_info.extend(original.training_info)
+    return model
+
+
+def _write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
+    """onnx-graphsurgeon's ``export_graph``, written straight into ``target`` (the weights are copied once)."""
+    target.node.extend(OnnxExporter.export_node(n) for n in graph.nodes)
+    target.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
+    target.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
+    tensors = graph.tensors()
+    for tensor in tensors.values():
+        if isinstance(tensor, gs.Constant) and isinstance(tensor._values, SparseValues):
+            target.sparse_initializer.append(OnnxExporter.export_sparse_tensor_proto(tensor))
+        elif isinstance(tensor, gs.Constant):
+            target.initializer.append(OnnxExporter.export_tensor_proto(tensor))
+    interface = {t.name for t in (*graph.inputs, *graph.outputs)}
+    target.value_info.extend(OnnxExporter.export_value_info_proto(t, False) for name, t in tensors.items()
+                             if isinstance(t, gs.Variable) and name not in interface
+                             and (t.dtype is not None or t.shape is not None))
+
+
+def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
+    graphs = [graph, *graph.subgraphs(recursive=True)]
+    interface = {id(t) for g in graphs for t in (*g.inputs, *g.outputs)}
+    for g in graphs:
+        for node in g.nodes:
+            for tensor in node.outputs:
+                if id(tensor) not in interface and tensor.name not in keep:
+                    tensor.dtype, tensor.shape = None, None

@@ -1,0 +1,91 @@
+"""``eliminate-common-subexpressions``: nodes that compute the same thing from the same inputs are merged.
+
+Two nodes are the same computation when they have the same op (default ONNX domain only: custom ops may
+be stateful), attributes and input tensors (in any order for commutative ops). Visiting nodes in
+topological order, each node's outputs are replaced by those of the first node with the same key, so
+whole duplicated chains collapse in one sweep (run ``deduplicate-constants`` first so that equal constants
+are the same tensor). Random ops and nodes holding subgraphs are never merged, and a node writing a graph
+output is never the one removed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from gsrewrite.simplifier.passes.base import SimplifyPass
+from gsrewrite.simplifier.rewiring import disconnect, drop_disconnected, is_standard, replace_uses
+
+COMMUTATIVE = frozenset({"Add", "Mul", "And", "Or", "Xor", "Equal", "Max", "Min", "Sum", "Mean"})
+NONDETERMINISTIC = frozenset({
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout",
+})
+
+
+class _Unhashable(Exception):
+    pass
+
+
+class EliminateCommonSubexpressions(SimplifyPass):
+    name = "eliminate-common-subexpressions"
+    description = "Merge nodes that compute the same op on the same inputs (common-subexpression elimination)."
+
+    def apply(self, graph: gs.Graph) -> int:
+        outputs = {id(t) for t in graph.outputs}
+        seen: dict[Hashable, gs.Node] = {}
+        count = 0
+        for node in graph.nodes:
+            if node.inputs and not any(len(t.outputs) > 1 for t in node.inputs):
+                continue  # a node whose inputs nobody else reads has no twin
+            key = node_key(node)
+            if key is None:
+                continue
+            first = seen.setdefault(key, node)
+            if first is node or any(id(t) in outputs for t in node.outputs):
+                continue
+            for mine, theirs in zip(list(node.outputs), first.outputs, strict=True):
+                replace_uses(mine, theirs)
+            disconnect(node)
+            count += 1
+        if count:
+            drop_disconnected(graph)
+        return count
+
+
+def node_key(node: gs.Node) -> Hashable | None:
+    """What makes two nodes the same computation; None for nodes that must never be merged."""
+    if node.op in NONDETERMINISTIC or not node.outputs or not is_standard(node):
+        return None  # custom ops may be stateful or random: never merged
+    try:
+        attrs = tuple(sorted((k, _hashable(v)) for k, v in node.attrs.items()))
+    except _Unhashable:
+        return None
+    inputs = [id(t) if t.name else None for t in node.inputs]
+    if node.op in COMMUTATIVE:
+        inputs = sorted(inputs, key=lambda i: -1 if i is None else i)
+    return node.domain or "", node.op, attrs, tuple(inputs), len(node.outputs)
+
+
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, gs.Graph):
+        raise _Unhashable
+    if isinstance(value, gs.Constant):
+        return _array_key(np.asarray(value.values))
+    if isinstance(value, np.ndarray):
+        return _array_key(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, float) and value != value:
+        return "nan"
+    try:
+        hash(value)
+    except TypeError:
+        raise _Unhashable from None
+    return type(value).__name__, value
+
+
+def _array_key(value: np.ndarray) -> Hashable:
+    return "array", value.dtype.str, value.shape, value.tobytes()

@@ -1,0 +1,28 @@
+"""``fold-constants``: nodes computable before run time become constants (see :mod:`gsrewrite.engine.fold`).
+
+Every input constant, or only static shape information needed (``Shape``, ``Size``, ``CastLike``).
+Values come from numpy kernels or ``onnx.reference``. A folded tensor is at most ``--max-fold-bytes``
+and never much larger than the constants it frees, so Tile/Expand/ConstantOfShape/Range blow-ups stay
+nodes and the model never grows.
+"""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+from gsrewrite.engine.fold import DEFAULT_MAX_BYTES, fold_constants
+from gsrewrite.simplifier.passes.base import SimplifyOptions, SimplifyPass
+
+
+class FoldConstants(SimplifyPass):
+    name = "fold-constants"
+    description = "Evaluate nodes whose inputs are constants (size-capped: blow-ups such as Tile stay nodes)."
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+
+    def apply(self, graph: gs.Graph) -> int:
+        return fold_constants(graph, self.max_bytes)
+
+    def configure(self, options: SimplifyOptions) -> FoldConstants:
+        return FoldConstants(options.max_fold_bytes)

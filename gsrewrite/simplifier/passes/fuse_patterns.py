@@ -1,0 +1,58 @@
+"""Pattern passes: simplifications written as pattern files and run by the rewrite engine.
+
+``fuse-conv-bn`` folds an inference BatchNormalization into the preceding Conv's weight and bias (what
+onnxoptimizer's ``fuse_bn_into_conv`` does): it is the ``conv-bn`` pattern of ``patterns/conv-bn.toml``,
+matched and replaced by the same engine as ``gsrewrite apply``. The pattern file is read on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import onnx_graphsurgeon as gs
+
+from gsrewrite.simplifier.passes.base import PassReport, SimplifyPass
+
+
+class PatternPass(SimplifyPass):
+    """Apply the patterns of one pattern file (standard ONNX target), with the named functions they use."""
+
+    def __init__(self, name: str, description: str, pattern_file: str | os.PathLike,
+                 functions: Callable[[], tuple[Mapping[str, Any], Mapping[str, Any]]]) -> None:
+        self.name = name  # type: ignore[misc]
+        self.description = description  # type: ignore[misc]
+        self.pattern_file = pattern_file
+        self._functions = functions
+        self._rewrite: Any = None
+
+    def run(self, graph: gs.Graph) -> PassReport:
+        rewrite = self._engine()
+        present = {n.op for n in graph.nodes}
+        if not any(_ops(v) <= present for p in rewrite.patterns for v in p.variants):
+            return PassReport(graph, False, 0)  # some op of every template is missing: nothing can match
+        result = rewrite.run(graph)
+        changes = sum(result.counts.values())
+        return PassReport(result.graph, changes > 0, changes)
+
+    def _engine(self) -> Any:
+        if self._rewrite is None:
+            from gsrewrite.engine.rewrite import RewritePass
+
+            checks, computes = self._functions()
+            self._rewrite = RewritePass(_patterns(str(self.pattern_file)), dict(checks), dict(computes), "onnx")
+        return self._rewrite
+
+
+def _ops(variant: Any) -> set[str]:
+    return {node.op for node in variant.template.nodes}
+
+
+@functools.lru_cache(maxsize=32)
+def _patterns(path: str) -> list[Any]:
+    """The patterns of one file, parsed once per process (pattern files are data, never executed)."""
+    from gsrewrite.patterns.pattern import load_pattern
+
+    return load_pattern(path)

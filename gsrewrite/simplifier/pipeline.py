@@ -1,0 +1,124 @@
+"""``simplify``: load -> fix input shapes -> passes to a fixed point -> export -> validate (bisect on failure).
+
+The result is compared with the original in onnxruntime; when they disagree the guilty pass is found and
+dropped (:mod:`gsrewrite.simplifier.bisect`), at worst the original model comes back.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from gsrewrite.engine.fold import DEFAULT_MAX_BYTES
+from gsrewrite.errors import UsageError
+from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.protocols import GraphPass
+from gsrewrite.simplifier.bisect import Checker, validate_and_bisect
+from gsrewrite.simplifier.conversion import export_model, import_graph
+from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, is_sorted, run_to_fixed_point
+from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
+from gsrewrite.simplifier.passes.base import SimplifyOptions
+from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
+from gsrewrite.simplifier.result import SimplifyResult
+
+log = logging.getLogger(__name__)
+
+ModelArg = onnx.ModelProto | str | os.PathLike
+
+
+def simplify(
+    model: ModelArg,
+    *,
+    only: Sequence[str] | None = None,
+    skip: Sequence[str] | None = None,
+    max_fold_bytes: int = DEFAULT_MAX_BYTES,
+    input_shapes: ShapeSpec | None = None,
+    downcast: bool = False,
+    validate: bool = True,
+    validation_options: Mapping[str, Any] | None = None,
+    max_rounds: int = MAX_ROUNDS,
+    keep_metadata: bool = False,
+    registry: PassRegistry | None = None,
+) -> SimplifyResult:
+    """Simplify ``model`` (a ModelProto or a path) with the registered passes; the input is not modified.
+
+    ``only`` runs just the named passes, ``skip`` leaves some out, ``downcast`` adds the opt-in
+    ``downcast`` pass. ``max_fold_bytes`` caps one folded tensor. ``input_shapes`` fixes input shapes or
+    dim sizes first (``{"input_ids": (1, 128)}``, ``{"batch": 1}``). With ``validate`` (default) the
+    result is compared with the original in onnxruntime (``validation_options`` go to
+    :func:`gsrewrite.validate`); a pass whose rewrites change the outputs is dropped. Exporter debug
+    metadata on nodes, the graph and its inputs/outputs is dropped unless ``keep_metadata``.
+    """
+    start = time.perf_counter()
+    if max_fold_bytes < 0 or max_rounds < 1:
+        raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
+    run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata)
+    registry = registry if registry is not None else default_pass_registry()
+    passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
+    out, counts, rounds = run(passes)
+    result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
+                            run.original, rounds)
+    if validate and result.changed:
+        _validate(result, run, passes, dict(validation_options or {}))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@dataclass
+class _Run:
+    """One simplification of ``original``, repeatable with different passes (for bisection)."""
+
+    original: onnx.ModelProto
+    input_shapes: ShapeSpec | None
+    max_rounds: int
+    keep_metadata: bool
+
+    @functools.cached_property
+    def value_info(self) -> set[str]:
+        """Names of the tensors the original declares in ``value_info`` (the only ones the result keeps)."""
+        return {vi.name for graph, _ in iter_graphs(self.original) for vi in graph.value_info}
+
+    def __call__(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
+        """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
+        working = with_input_shapes(self.original, self.input_shapes)
+        graph, constant_nodes = import_graph(working)
+        graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds)
+        if constant_nodes:
+            counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
+        if not is_sorted(graph):
+            graph.toposort()
+        out = export_model(graph, working, value_info=self.value_info)
+        restore_interface(out, self.original, keep_io=not self.input_shapes, keep_metadata=self.keep_metadata)
+        return out, dict(counts), rounds
+
+
+def _as_model(model: ModelArg) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    from gsrewrite.model_io import load_model
+
+    return load_model(model)
+
+
+def _configured(passes: list[GraphPass], max_fold_bytes: int) -> list[GraphPass]:
+    options = SimplifyOptions(max_fold_bytes=max_fold_bytes)
+    return [p.configure(options) if callable(getattr(p, "configure", None)) else p for p in passes]
+
+
+def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], options: dict[str, Any]) -> None:
+    if run.input_shapes and not options.get("input_shapes") and options.get("inputs") is None:
+        options["input_shapes"] = run.input_shapes
+    model, counts, report, dropped = validate_and_bisect(result.model, result.counts, passes, run,
+                                                         Checker(run.original, options))
+    result.model, result.counts, result.validation, result.dropped = model, counts, report, dropped
+    if not report.ok:
+        log.warning("the simplified model does not agree with the original (%s): keeping the original",
+                    report.summary())
+        result.model, result.counts, result.changed = run.original, {}, False

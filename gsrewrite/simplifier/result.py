@@ -1,0 +1,86 @@
+"""What ``simplify`` reports: the model, changes per pass, before/after statistics, the validation verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from gsrewrite.info import op_histogram
+from gsrewrite.model_io import serialized_size
+from gsrewrite.model_io.graph_walk import iter_graphs
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """Size of a model: nodes (main graph, and all graphs), ops by type, bytes, parameters."""
+
+    nodes: int
+    nodes_total: int
+    ops: dict[str, int]
+    size: int
+    parameters: int
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> ModelStats:
+        """The statistics of ``model`` (parameters: elements of initializers and Constant-node tensors)."""
+        ops = op_histogram(model)
+        parameters = 0
+        for graph, _ in iter_graphs(model):
+            parameters += sum(math.prod(t.dims) for t in graph.initializer)
+            parameters += sum(math.prod(a.t.dims) for n in graph.node if n.op_type == "Constant"
+                              for a in n.attribute if a.name == "value")
+        return cls(len(model.graph.node), sum(ops.values()), ops, serialized_size(model), parameters)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": self.nodes, "nodes_total": self.nodes_total, "ops": dict(self.ops), "size": self.size,
+                "parameters": self.parameters}
+
+
+@dataclass
+class SimplifyResult:
+    """The outcome of :func:`gsrewrite.simplify`. ``model`` is always safe to use: validated, unchanged,
+    or produced with validation turned off by the caller. ``before``/``after`` are computed on first use."""
+
+    model: onnx.ModelProto
+    changed: bool
+    counts: dict[str, int]
+    passes: list[str]
+    original: onnx.ModelProto = field(repr=False)
+    rounds: int = 0
+    validation: Any = None
+    dropped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    _stats: dict[int, ModelStats] = field(default_factory=dict, repr=False)
+
+    @property
+    def before(self) -> ModelStats:
+        """Statistics of the original model."""
+        return self._of(self.original)
+
+    @property
+    def after(self) -> ModelStats:
+        """Statistics of the simplified model."""
+        return self._of(self.model)
+
+    def _of(self, model: onnx.ModelProto) -> ModelStats:
+        cached = self._stats.get(id(model))
+        if cached is None:
+            cached = self._stats[id(model)] = ModelStats.of(model)
+        return cached
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (the model itself is left out)."""
+        return {
+            "changed": self.changed,
+            "passes": list(self.passes),
+            "counts": dict(self.counts),
+            "rounds": self.rounds,
+            "dropped": dict(self.dropped),
+            "before": self.before.to_dict(),
+            "after": self.after.to_dict(),
+            "validation": self.validation.to_dict() if self.validation is not None else None,
+            "seconds": round(self.seconds, 4),
+        }
