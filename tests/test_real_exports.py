@@ -25,9 +25,6 @@ GELUS = {"Gelu", "FastGelu", "BiasGelu"}
 KNOWN_GAPS = {
     ("llama.legacy14_dyn", "rotary"): "cos/sin are computed at run time: only constant tables are fused",
     ("llama.dynamo_dyn", "rotary"): "cos/sin are computed at run time: only constant tables are fused",
-    ("whisper.dynamo", "attention"): "a no-op Reshape after the context MatMul blocks the match",
-    ("whisper.dynamo_dyn", "attention"): "a no-op Reshape after the context MatMul blocks the match",
-    ("wav2vec2.dynamo_dyn", "attention"): "a no-op Reshape after the context MatMul blocks the match",
 }
 
 

@@ -4,7 +4,8 @@ Run before matching. Each step is small and semantics-preserving:
 
 * ``Constant`` nodes become constants (initializers), and nodes computable before run time are folded
   (size-capped: see fold.py);
-* ``Identity`` and ``Cast`` to the type a tensor already has are bypassed;
+* nodes that change nothing are bypassed (Identity, Cast to the type a tensor already has, a Reshape to the
+  input's own shape, ``x * 1``, ...: the ``eliminate-noops`` pass of simplify);
 * operands that moved between opsets take their canonical place (axes/split as attributes, Clip bounds
   as inputs) when they are constant;
 * attributes left at their default are filled in (a template may then require ``keepdims = 1``);
@@ -18,12 +19,11 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
 from gsrewrite.engine.fold import fold_constants
-from gsrewrite.engine.graph import is_empty, replace_uses, subgraph_outer_names, swap
+from gsrewrite.engine.graph import is_empty
 
 log = logging.getLogger(__name__)
 
@@ -74,54 +74,11 @@ def _constant_value(node: gs.Node) -> np.ndarray | None:
 
 
 def bypass_noops(graph: gs.Graph) -> int:
-    """Bypass Identity nodes and Casts to the type the input already has; returns how many."""
-    outer = subgraph_outer_names(graph)
-    count = 0
-    for node in list(graph.nodes):
-        if _is_noop(node) and _bypass(graph, node, outer):
-            count += 1
-    return count
+    """Bypass nodes that change nothing (Identity, same-type Cast, a Reshape to the input's own shape, x*1, ...):
+    the simplify pass ``eliminate-noops`` decides, from constants and inferred shapes."""
+    from gsrewrite.simplifier.passes.noops import EliminateNoops
 
-
-def _is_noop(node: gs.Node) -> bool:
-    if node.domain not in (None, "", "ai.onnx") or len(node.inputs) != 1 or len(node.outputs) != 1:
-        return False
-    if node.op == "Identity":
-        return True
-    if node.op == "Cast" and isinstance(node.attrs.get("to"), int):
-        return _same_dtype(node.inputs[0].dtype, node.attrs["to"])
-    return False
-
-
-def _same_dtype(src: object, to: int) -> bool:
-    """True when ``src`` (a tensor's dtype, possibly unknown) is the ONNX element type ``to``."""
-    if src is None:
-        return False
-    try:
-        return np.dtype(src) == np.dtype(onnx.helper.tensor_dtype_to_np_dtype(to))  # type: ignore[arg-type]
-    except (TypeError, KeyError, ValueError):
-        return False
-
-
-def _bypass(graph: gs.Graph, node: gs.Node, outer: set[str]) -> bool:
-    src, dst = node.inputs[0], node.outputs[0]
-    if dst.name in outer or is_empty(src):
-        return False
-    graph_outputs = {id(t) for t in graph.outputs}
-    if id(dst) not in graph_outputs:
-        node.outputs.clear()
-        replace_uses(dst, src)
-        node.inputs.clear()
-        return True
-    # dst is a graph output: let src's producer write dst directly, if src is an ordinary intermediate
-    if not src.inputs or id(src) in graph_outputs or src.name in outer or isinstance(src, gs.Constant):
-        return False
-    node.inputs.clear()
-    node.outputs.clear()
-    replace_uses(src, dst)
-    producer = src.inputs[0]
-    swap(producer.outputs, src, dst)
-    return True
+    return EliminateNoops().apply(graph)
 
 
 def _canonical_operands(node: gs.Node, opset: int) -> None:
