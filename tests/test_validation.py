@@ -404,3 +404,15 @@ def test_run_failure_on_generated_inputs_names_them():
     with pytest.raises(ValidationError, match=r"original model: .*\(generated inputs: x float32\[2, 8\]"):
         validate(fixed_batch, fixed_batch)
     assert validate(fixed_batch, fixed_batch, input_shapes={"batch": 1}).ok
+
+
+def test_rank0_bool_input_is_generated_as_an_array():
+    from gsrewrite.testing import model_from_text
+
+    model = model_from_text("""
+    g (bool flag, float[2] x) => (float[2] y) {
+        z = Neg (x)
+        y = Where (flag, x, z)
+    }""")
+    report = validate(model, model)
+    assert report.ok

@@ -123,7 +123,9 @@ class NameSource:
     """Unique tensor/node names for new graph elements."""
 
     def __init__(self, graph: gs.Graph) -> None:
-        self._taken = {t for t in graph.tensors()} | {n.name for n in walk_nodes(graph) if n.name}
+        self._taken = {n.name for n in walk_nodes(graph) if n.name}
+        for g in (graph, *graph.subgraphs(recursive=True)):  # a new name must not shadow a subgraph's
+            self._taken.update(g.tensors())
         self._counts: dict[str, int] = {}
 
     def __call__(self, base: str) -> str:

@@ -41,11 +41,12 @@ class InputPlan:
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """One random array following the plan."""
         kind = self.dtype.kind
-        if kind == "b":
-            return rng.random(self.shape) < 0.5
+        if kind == "b":  # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime refuses
+            return np.asarray(rng.random(self.shape) < 0.5)
         if kind in "iu":
-            return rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape, dtype=self.dtype)
-        return rng.standard_normal(self.shape).astype(self.dtype)
+            return np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
+                                           dtype=self.dtype))
+        return np.asarray(rng.standard_normal(self.shape), dtype=self.dtype)
 
     def describe(self) -> dict[str, Any]:
         """Shape, dtype, source and value range, for the report."""
