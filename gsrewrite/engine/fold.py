@@ -21,7 +21,7 @@ import logging
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import is_empty, subgraph_outer_names
+from gsrewrite.engine.graph import is_empty, may_hold_subgraphs, subgraph_outer_names
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     nobody reads any more simply disappear from it.
     """
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
-    outer = subgraph_outer_names(graph) if any(_may_hold_subgraphs(n) for n in graph.nodes) else set()
+    outer = subgraph_outer_names(graph) if any(may_hold_subgraphs(n) for n in graph.nodes) else set()
     opset = int(graph.opset)
     folded: set[int] = set()
     for node in graph.nodes:
@@ -63,10 +63,6 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     if folded:
         graph.nodes = [n for n in graph.nodes if id(n) not in folded]
     return len(folded)
-
-
-def _may_hold_subgraphs(node: gs.Node) -> bool:
-    return node.op in ("If", "Loop", "Scan", "SequenceMap") or node.domain not in (None, "", "ai.onnx")
 
 
 def _foldable(node: gs.Node, protected: set[int], outer: set[str]) -> bool:

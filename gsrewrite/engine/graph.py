@@ -89,6 +89,15 @@ def is_empty(tensor: gs.Tensor | None) -> bool:
     return tensor is None or (isinstance(tensor, gs.Variable) and not tensor.name)
 
 
+#: standard ops that hold subgraphs
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def may_hold_subgraphs(node: gs.Node) -> bool:
+    """False for a node that certainly holds no subgraph (a standard op other than control flow)."""
+    return node.op in CONTROL_FLOW or node.domain not in (None, "", "ai.onnx")
+
+
 def subgraph_outer_names(graph: gs.Graph) -> set[str]:
     """Names of tensors of ``graph`` that nodes inside its subgraphs (If/Loop/Scan bodies) read."""
     names: set[str] = set()
@@ -120,18 +129,30 @@ def walk_nodes(graph: gs.Graph) -> Iterator[gs.Node]:
 
 
 class NameSource:
-    """Unique tensor/node names for new graph elements."""
+    """Unique names for new tensors and nodes; the names in use (subgraphs included) are collected on first use."""
 
     def __init__(self, graph: gs.Graph) -> None:
-        self._taken = {n.name for n in walk_nodes(graph) if n.name}
-        for g in (graph, *graph.subgraphs(recursive=True)):  # a new name must not shadow a subgraph's
-            self._taken.update(g.tensors())
+        self._graph = graph
+        self._taken: set[str] | None = None
         self._counts: dict[str, int] = {}
 
     def __call__(self, base: str) -> str:
+        if self._taken is None:
+            self._taken = _names_in_use(self._graph)
         name = base
         while name in self._taken:
             self._counts[base] = self._counts.get(base, 0) + 1
             name = f"{base}_{self._counts[base]}"
         self._taken.add(name)
         return name
+
+
+def _names_in_use(graph: gs.Graph) -> set[str]:
+    taken = {t.name for t in (*graph.inputs, *graph.outputs)}
+    for node in graph.nodes:
+        taken.add(node.name)
+        taken.update(t.name for t in node.inputs)
+        taken.update(t.name for t in node.outputs)
+        for sub in node.subgraphs():
+            taken |= _names_in_use(sub)
+    return taken

@@ -22,13 +22,14 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
+from gsrewrite.engine.graph import infer_shapes
+
 log = logging.getLogger(__name__)
 
 #: Initializers larger than this (bytes of data) are hidden from shape inference.
 HIDDEN_FROM_INFERENCE = 1024
 #: Model fields (besides the graph, opsets, metadata and functions) carried over from the original.
 _MODEL_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
-_INFERENCE_LIMIT = 2**31 - 1
 
 
 def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
@@ -39,7 +40,7 @@ def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
     converted = len(model.graph.node) - len(nodes)
     big = {t.name: t for t in initializers if _data_bytes(t) > HIDDEN_FROM_INFERENCE}
     light = _light_copy(model, nodes, [t for t in initializers if t.name not in big], big)
-    graph = gs.import_onnx(_infer(light))
+    graph = gs.import_onnx(infer_shapes(light))
     if big:
         hidden = [t for t in graph.inputs if t.name in big and isinstance(t, gs.Variable)]
         for tensor in hidden:
@@ -123,17 +124,6 @@ def _copy_field(target: Any, field: Any, value: Any) -> None:
 
 def _data_bytes(tensor: onnx.TensorProto) -> int:
     return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
-
-
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    if model.ByteSize() >= _INFERENCE_LIMIT:
-        log.info("model is over 2 GB: skipping shape inference")
-        return model
-    try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:  # inference is an aid, never a requirement
-        log.info("shape inference failed (%s); continuing without inferred shapes", str(exc).splitlines()[0])
-        return model
 
 
 def export_model(graph: gs.Graph, original: onnx.ModelProto,

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Sequence
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.canonicalize import constants_from_nodes
+from gsrewrite.engine.graph import may_hold_subgraphs
 from gsrewrite.errors import GsrewriteError, PluginError
 from gsrewrite.protocols import GraphPass
-from gsrewrite.simplifier.rewiring import may_hold_subgraphs
 
 log = logging.getLogger(__name__)
 

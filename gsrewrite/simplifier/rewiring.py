@@ -17,18 +17,9 @@ from gsrewrite.engine.graph import swap
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
 
 
-#: Standard ops that hold subgraphs.
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
-
 def is_standard(node: gs.Node) -> bool:
     """True for a node of the default ONNX domain."""
     return node.domain in DEFAULT_DOMAINS
-
-
-def may_hold_subgraphs(node: gs.Node) -> bool:
-    """False for a node that certainly holds no subgraph (a standard op other than control flow)."""
-    return node.op in CONTROL_FLOW or not is_standard(node)
 
 
 def forward(graph: gs.Graph, node: gs.Node, src: gs.Tensor, dst: gs.Tensor) -> bool:
@@ -192,38 +183,6 @@ def np_dtype(tensor: gs.Tensor) -> np.dtype | None:
         return np.dtype(tensor.dtype)
     except TypeError:
         return None
-
-
-class UniqueNames:
-    """Unique names for new tensors and nodes (like :class:`gsrewrite.engine.graph.NameSource`, but the
-    taken names are collected on first use, from the nodes' tensors directly, subgraphs included)."""
-
-    def __init__(self, graph: gs.Graph) -> None:
-        self._graph = graph
-        self._taken: set[str] | None = None
-        self._counts: dict[str, int] = {}
-
-    def __call__(self, base: str) -> str:
-        if self._taken is None:
-            self._taken = _taken_names(self._graph)
-        name = base
-        while name in self._taken:
-            self._counts[base] = self._counts.get(base, 0) + 1
-            name = f"{base}_{self._counts[base]}"
-        self._taken.add(name)
-        return name
-
-
-def _taken_names(graph: gs.Graph) -> set[str]:
-    taken = {t.name for t in (*graph.inputs, *graph.outputs)}
-    for node in graph.nodes:
-        taken.add(node.name)
-        taken.update(t.name for t in node.inputs)
-        taken.update(t.name for t in node.outputs)
-        if may_hold_subgraphs(node):
-            for sub in node.subgraphs():
-                taken |= _taken_names(sub)
-    return taken
 
 
 class ConstantPool:

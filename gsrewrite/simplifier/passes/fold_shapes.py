@@ -22,8 +22,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import NameSource
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import ConstantPool, UniqueNames, is_standard
+from gsrewrite.simplifier.rewiring import ConstantPool, is_standard
 from gsrewrite.simplifier.shape_builder import ShapeBuilder
 from gsrewrite.simplifier.symbolic import Dim, SymValue, dim_of, propagate
 
@@ -37,7 +38,7 @@ class FoldShapes(SimplifyPass):
         values = propagate(graph)
         if not values:
             return 0
-        names = UniqueNames(graph)
+        names = NameSource(graph)
         pool = ConstantPool(names, graph)
         count = _static_tensors(graph, values, pool)
         requests = []
@@ -56,7 +57,7 @@ class FoldShapes(SimplifyPass):
         return count
 
 
-def _rebuild(graph: gs.Graph, pool: ConstantPool, names: UniqueNames, values: dict[int, SymValue],
+def _rebuild(graph: gs.Graph, pool: ConstantPool, names: NameSource, values: dict[int, SymValue],
              requests: list[tuple[gs.Node, int, list[int | Dim]]]) -> int:
     builder = ShapeBuilder(graph, pool, names, values)
     before = {id(node): node.inputs[1] for node, _, _ in requests}

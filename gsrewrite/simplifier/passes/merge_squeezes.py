@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import NameSource
 from gsrewrite.simplifier.passes.base import SimplifyPass
 from gsrewrite.simplifier.rewiring import (
-    UniqueNames,
     disconnect_if_unused,
     drop_disconnected,
     forward,
@@ -41,7 +41,7 @@ class MergeSqueezes(SimplifyPass):
             labels = _simulate(_simulate(_labels(x), first, opset), node, opset) if rank(x) is not None else None
             if labels is None:
                 continue
-            names = names or UniqueNames(graph)
+            names = names or NameSource(graph)
             if _rewrite(graph, node, x, labels, opset, names):
                 disconnect_if_unused(first, graph)
                 count += 1
@@ -79,7 +79,7 @@ def _simulate(labels: list[str] | None, node: gs.Node, opset: int) -> list[str] 
 
 
 def _rewrite(graph: gs.Graph, node: gs.Node, x: gs.Tensor, labels: list[str], opset: int,
-             names: UniqueNames) -> bool:
+             names: NameSource) -> bool:
     original = _labels(x) or []
     kept = [lab for lab in labels if lab != _NEW]
     if labels == original:
