@@ -78,16 +78,26 @@ def gsrewrite_novalidate(src: Path, out: Path, hints: dict[str, Any]) -> str:
     return _run_gsrewrite(src, out, validate=False)
 
 
-def gsrewrite_simplify(src: Path, out: Path, hints: dict[str, Any]) -> str:
+def _run_simplify(src: Path, out: Path, extra: list[str]) -> str:
     from gsrewrite.cli import main
 
     if _gsrewrite_command("simplify") is None:
         raise NotImplementedError("this gsrewrite has no `simplify` command yet")
+    args = ["simplify", str(src), "-o", str(out), *extra]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        code = main.main(["simplify", str(src), "-o", str(out)], prog_name="gsrewrite", standalone_mode=False)
+        code = main.main(args, prog_name="gsrewrite", standalone_mode=False)
     if code:
         raise RuntimeError(f"gsrewrite exited {code}: {err.getvalue().strip()[:300]}")
-    return "`gsrewrite simplify`"
+    return "`gsrewrite " + " ".join(["simplify", *extra]) + "`"
+
+
+def gsrewrite_simplify(src: Path, out: Path, hints: dict[str, Any]) -> str:
+    return _run_simplify(src, out, [])
+
+
+def gsrewrite_simplify_novalidate(src: Path, out: Path, hints: dict[str, Any]) -> str:
+    """Like onnxsim's default (check_n=0): no output comparison."""
+    return _run_simplify(src, out, ["--no-validate"])
 
 
 # --- peers -----------------------------------------------------------------------------------------------
@@ -173,14 +183,19 @@ def scs4onnx(src: Path, out: Path, hints: dict[str, Any]) -> str:
     return "mode=shrink"
 
 
+#: imported before the timed call, as each peer's own modules are
+_SIMPLIFY_MODULES = ("gsrewrite.cli", "gsrewrite.engine", "gsrewrite.simplifier", "gsrewrite.cli.simplify_cmd",
+                     "gsrewrite.validation", "onnxruntime")
+
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     Tool("gsrewrite", "gsrewrite", ("gsrewrite.cli", "gsrewrite.engine", "gsrewrite.validation",
                                      "gsrewrite.cli.apply_cmd", "onnxruntime"), gsrewrite),
     Tool("gsrewrite-noval", "gsrewrite --no-validate", ("gsrewrite.cli", "gsrewrite.engine",
                                                         "gsrewrite.cli.apply_cmd", "onnxruntime"),
          gsrewrite_novalidate),
-    Tool("gsrewrite-simplify", "gsrewrite simplify", ("gsrewrite.cli", "gsrewrite.engine", "onnxruntime"),
-         gsrewrite_simplify),
+    Tool("gsrewrite-simplify", "gsrewrite simplify", _SIMPLIFY_MODULES, gsrewrite_simplify),
+    Tool("gsrewrite-simplify-noval", "gsrewrite simplify --no-validate", _SIMPLIFY_MODULES,
+         gsrewrite_simplify_novalidate),
     Tool("ort-transformers", "ORT transformers", ("onnxruntime.transformers.optimizer",), ort_transformers,
          torch_stub),
     Tool("ort-transformers-hinted", "ORT transformers + heads/hidden", ("onnxruntime.transformers.optimizer",),
