@@ -70,28 +70,48 @@ def _layer_on_current_env(python: Path) -> None:
     assert Path(seen) == Path(gsrewrite.__file__), f"the test venv imports gsrewrite from {seen}"
 
 
-@pytest.fixture(scope="session")
-def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def _venv_with(root: Path, *packages: Path) -> Path:
+    """A venv layered on this environment with ``packages`` pip-installed into it (offline)."""
     if not _can_build_wheels():
-        pytest.skip("installing the example offline needs the 'wheel' package (or setuptools >= 70.1)")
-    root = tmp_path_factory.mktemp("example-venv")
+        pytest.skip("installing plugins offline needs the 'wheel' package (or setuptools >= 70.1)")
     _run(sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root / "venv")
     python = root / "venv" / ("Scripts" if os.name == "nt" else "bin") / "python"
     _layer_on_current_env(python)
-    source = shutil.copytree(EXAMPLE, root / "src", ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    _run(
-        python,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        "--disable-pip-version-check",
-        source,
-    )
+    for package in packages:
+        source = shutil.copytree(package, root / package.name, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        _run(python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+             "--disable-pip-version-check", source)
     return python
+
+
+@pytest.fixture(scope="session")
+def venv_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv_with(tmp_path_factory.mktemp("example-venv"), EXAMPLE)
+
+
+BROKEN_PYPROJECT = """
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "gsrewrite-broken"
+version = "0.0.1"
+
+[project.entry-points.gsrewrite]
+broken = "gsrewrite_broken"
+"""
+
+
+@pytest.fixture(scope="session")
+def broken_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plus a throw-away plugin package whose import fails, both installed for real."""
+    root = tmp_path_factory.mktemp("broken-venv")
+    broken = root / "gsrewrite-broken"
+    (broken / "gsrewrite_broken").mkdir(parents=True)
+    (broken / "pyproject.toml").write_text(BROKEN_PYPROJECT)
+    (broken / "gsrewrite_broken" / "__init__.py").write_text("raise RuntimeError('this plugin is broken')\n")
+    return _venv_with(root / "env", EXAMPLE, broken)
 
 
 def gsrewrite_in(python: Path, *args: str | Path, **env: str) -> subprocess.CompletedProcess:
@@ -152,6 +172,19 @@ def test_the_example_can_be_disabled(venv_python: Path) -> None:
         example = next(p for p in json.loads(result.stdout)["plugins"] if p["name"] == "example")
         assert example["status"] == "disabled", env
         assert gsrewrite_in(venv_python, "example-hello", "m.onnx", **env).returncode == 2
+
+
+def test_an_installed_broken_plugin_is_named_and_isolated(broken_venv: Path, tmp_path: Path) -> None:
+    listing = gsrewrite_in(broken_venv, "plugins", "--json")
+    assert listing.returncode == 0, listing.stderr
+    plugins = {p["name"]: p for p in json.loads(listing.stdout)["plugins"]}
+    assert plugins["broken"]["status"] == "failed" and "this plugin is broken" in plugins["broken"]["error"]
+    assert plugins["broken"]["distribution"] == "gsrewrite-broken"
+    model = my_relu_model(tmp_path / "m.onnx")
+    info = gsrewrite_in(broken_venv, "info", model, "--json")  # an unrelated command keeps working
+    assert info.returncode == 0 and json.loads(info.stdout)["node_count"] == 3
+    assert "plugin 'broken'" in info.stderr and "Traceback" not in info.stderr
+    assert gsrewrite_in(broken_venv, "example-hello", model).returncode == 0  # and so does the other plugin
 
 
 # --- the hooks, in process --------------------------------------------------------------------------
