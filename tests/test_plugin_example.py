@@ -183,7 +183,9 @@ def test_an_installed_broken_plugin_is_named_and_isolated(broken_venv: Path, tmp
     model = my_relu_model(tmp_path / "m.onnx")
     info = gsrewrite_in(broken_venv, "info", model, "--json")  # an unrelated command keeps working
     assert info.returncode == 0 and json.loads(info.stdout)["node_count"] == 3
-    assert "plugin 'broken'" in info.stderr and "Traceback" not in info.stderr
+    listing = gsrewrite_in(broken_venv, "patterns", "list", "--json")  # one that loads every plugin, too
+    assert listing.returncode == 0 and json.loads(listing.stdout)
+    assert "plugin 'broken'" in listing.stderr and "Traceback" not in listing.stderr
     assert gsrewrite_in(broken_venv, "example-hello", model).returncode == 0  # and so does the other plugin
 
 
