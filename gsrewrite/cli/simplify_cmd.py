@@ -54,10 +54,17 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
                               input_shapes=validation.get("input_shapes"), downcast=downcast,
                               validate=validate, validation_options=validation, keep_metadata=keep_metadata)
     extracted = _extractions(result.model, constants, ops, output, model)
-    save_model(result.model, output, input_path=model, in_place=in_place, external_data=external_data or None,
-               size_threshold=size_threshold)
+    size = save_model(result.model, output, input_path=model, in_place=in_place,
+                      external_data=external_data or None, size_threshold=size_threshold)
+    result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
+    if not _has_external_data(result.original):
+        result.note_size(result.original, os.path.getsize(model))
     written = [_write(path, payload, model) for path, payload in extracted]
     _report(result, written, as_json)
+
+
+def _has_external_data(model: Any) -> bool:
+    return any(t.data_location == 1 for t in model.graph.initializer)  # TensorProto.EXTERNAL
 
 
 def _extractions(model: Any, constants: tuple[str, ...], ops: tuple[str, ...], output: str,

@@ -53,8 +53,9 @@ def save_model(
     external_data: bool | None = None,
     size_threshold: int = 1024,
     location: str | None = None,
-) -> None:
-    """Write ``model`` to ``path`` atomically; the caller's model object is not modified.
+) -> int:
+    """Write ``model`` to ``path`` atomically; the caller's model object is not modified. Returns the number of
+    bytes written (the model file plus its external data file, if any).
 
     Tensors of at least ``size_threshold`` bytes go to the external file ``location`` (default
     ``<file name>.data`` next to ``path``) when ``external_data`` is True, or automatically when the model
@@ -72,12 +73,17 @@ def save_model(
     data_path = _data_path(target, location, input_path, in_place) if external else None
     try:
         with _atomic_files() as create:
+            written = 0
             if data_path is not None:
-                _move_tensors(out, create(data_path), os.path.basename(data_path), size_threshold)
-            create(target).write(_serialized(out, target))
+                data_file = create(data_path)
+                _move_tensors(out, data_file, os.path.basename(data_path), size_threshold)
+                written = data_file.tell()
+            payload = _serialized(out, target)
+            create(target).write(payload)
     except OSError as exc:
         raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
     log.debug("saved %s (IR %d, external data: %s)", target, out.ir_version, data_path)
+    return written + len(payload)
 
 
 def serialized_size(model: ModelProto) -> int:

@@ -24,15 +24,17 @@ class ModelStats:
     parameters: int
 
     @classmethod
-    def of(cls, model: onnx.ModelProto) -> ModelStats:
-        """The statistics of ``model`` (parameters: elements of initializers and Constant-node tensors)."""
+    def of(cls, model: onnx.ModelProto, size: int | None = None) -> ModelStats:
+        """The statistics of ``model`` (parameters: elements of initializers and Constant-node tensors);
+        ``size`` when the caller already knows the bytes (a file just read or written)."""
         ops = op_histogram(model)
         parameters = 0
         for graph, _ in iter_graphs(model):
             parameters += sum(math.prod(t.dims) for t in graph.initializer)
             parameters += sum(math.prod(a.t.dims) for n in graph.node if n.op_type == "Constant"
                               for a in n.attribute if a.name == "value")
-        return cls(len(model.graph.node), sum(ops.values()), ops, serialized_size(model), parameters)
+        size = serialized_size(model) if size is None else size
+        return cls(len(model.graph.node), sum(ops.values()), ops, size, parameters)
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": self.nodes, "nodes_total": self.nodes_total, "ops": dict(self.ops), "size": self.size,
@@ -54,6 +56,7 @@ class SimplifyResult:
     dropped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     _stats: dict[int, ModelStats] = field(default_factory=dict, repr=False)
+    _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 
     @property
     def before(self) -> ModelStats:
@@ -68,8 +71,12 @@ class SimplifyResult:
     def _of(self, model: onnx.ModelProto) -> ModelStats:
         cached = self._stats.get(id(model))
         if cached is None:
-            cached = self._stats[id(model)] = ModelStats.of(model)
+            cached = self._stats[id(model)] = ModelStats.of(model, self._sizes.get(id(model)))
         return cached
+
+    def note_size(self, model: onnx.ModelProto, size: int) -> None:
+        """Record a size already known (bytes of a file just read or written): no re-serialization to count it."""
+        self._sizes[id(model)] = size
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the model itself is left out)."""
