@@ -121,3 +121,38 @@ def test_two_score_biases_are_merged_then_fused():
     result = assert_rewrite(model_from_text(text, initializers=inits), ["mha"],
                             {"attention-bias-merge": 1, "mha": 1}, produces={"com.microsoft.MultiHeadAttention": 1})
     assert _attrs(result.model, "MultiHeadAttention")["scale"] == pytest.approx(1.0)
+
+
+def test_projections_are_packed_into_one_attention_with_and_without_mask():
+    rng = np.random.default_rng(6)
+    for mask in (True, False):
+        text = f"""
+        g (float[2, 4, 8] x{", float[2, 1, 4, 4] mask" if mask else ""}) => (float[2, 4, 8] out) {{
+            qm = MatMul (x, wq)
+            q_lin = Add (qm, bq)
+            km = MatMul (x, wk)
+            k_lin = Add (bk, km)
+            v_lin = MatMul (x, wv)
+            q3 = Reshape (q_lin, shape4)
+            q = Transpose <perm = [0, 2, 1, 3]> (q3)
+            k3 = Reshape (k_lin, shape4)
+            kt = Transpose <perm = [0, 2, 3, 1]> (k3)
+            v3 = Reshape (v_lin, shape4)
+            v = Transpose <perm = [0, 2, 1, 3]> (v3)
+            m = MatMul (q, kt)
+            s = Div (m, c)
+            {"sm = Add (s, mask)" if mask else "sm = Identity (s)"}
+            p = Softmax <axis = -1> (sm)
+            ctx = MatMul (p, v)
+            ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
+            out = Reshape (ct, shape3)
+        }}"""
+        weights = {f"w{n}": rng.normal(size=(D, D)).astype(np.float32) for n in "qkv"}
+        inits = {**weights, "bq": rng.normal(size=D).astype(np.float32), "bk": rng.normal(size=D).astype(np.float32),
+                 "shape4": np.array([B, S, H, DH], np.int64), "shape3": np.array([B, S, D], np.int64),
+                 "c": np.array(np.sqrt(DH), np.float32)}
+        result = assert_rewrite(model_from_text(text, initializers=inits), ["mha"],
+                                {"mha": 1, "attention-packing": 1}, produces={"com.microsoft.Attention": 1},
+                                absent=["MatMul", "Softmax"])
+        node = next(n for n in result.model.graph.node if n.op_type == "Attention")
+        assert len(node.input) == (6 if mask else 3)
