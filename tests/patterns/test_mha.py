@@ -97,25 +97,30 @@ def test_wrong_head_transpose_is_not_fused():
     assert "perm" in result.near_misses["mha"].reason
 
 
-def test_two_score_biases_are_merged_then_fused():
-    """T5: scores + position bias + mask; the merged form must not be matched again (no ping-pong)."""
-    text = """
-    attn (float[2, 4, 8] q_lin, float[2, 4, 8] k_lin, float[2, 4, 8] v_lin, float[2, 1, 4, 4] mask)
-         => (float[2, 4, 8] out) {
+def _heads_to_context(scores: str) -> str:
+    """The lines from the Q/K/V projections (q_lin, k_lin, v_lin) to the context ``out``, around ``scores``
+    (text that computes ``sm``, the masked scores, from ``q`` and ``kt``)."""
+    return f"""
         q3 = Reshape (q_lin, shape4)
         q = Transpose <perm = [0, 2, 1, 3]> (q3)
         k3 = Reshape (k_lin, shape4)
         kt = Transpose <perm = [0, 2, 3, 1]> (k3)
         v3 = Reshape (v_lin, shape4)
         v = Transpose <perm = [0, 2, 1, 3]> (v3)
-        s = MatMul (q, kt)
-        sb = Add (s, position_bias)
-        sm = Add (sb, mask)
+        {scores}
         p = Softmax <axis = -1> (sm)
         ctx = MatMul (p, v)
         ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
-        out = Reshape (ct, shape3)
-    }"""
+        out = Reshape (ct, shape3)"""
+
+
+def test_two_score_biases_are_merged_then_fused():
+    """T5: scores + position bias + mask; the merged form must not be matched again (no ping-pong)."""
+    text = f"""
+    attn (float[2, 4, 8] q_lin, float[2, 4, 8] k_lin, float[2, 4, 8] v_lin, float[2, 1, 4, 4] mask)
+         => (float[2, 4, 8] out) {{
+        {_heads_to_context("s = MatMul (q, kt)  sb = Add (s, position_bias)  sm = Add (sb, mask)")}
+    }}"""
     inits = {"shape4": np.array([B, S, H, DH], np.int64), "shape3": np.array([B, S, D], np.int64),
              "position_bias": np.random.default_rng(5).normal(size=(1, H, S, S)).astype(np.float32)}
     result = assert_rewrite(model_from_text(text, initializers=inits), ["mha"],
@@ -126,6 +131,7 @@ def test_two_score_biases_are_merged_then_fused():
 def test_projections_are_packed_into_one_attention_with_and_without_mask():
     rng = np.random.default_rng(6)
     for mask in (True, False):
+        masked = "sm = Add (s, mask)" if mask else "sm = Identity (s)"
         text = f"""
         g (float[2, 4, 8] x{", float[2, 1, 4, 4] mask" if mask else ""}) => (float[2, 4, 8] out) {{
             qm = MatMul (x, wq)
@@ -133,19 +139,7 @@ def test_projections_are_packed_into_one_attention_with_and_without_mask():
             km = MatMul (x, wk)
             k_lin = Add (bk, km)
             v_lin = MatMul (x, wv)
-            q3 = Reshape (q_lin, shape4)
-            q = Transpose <perm = [0, 2, 1, 3]> (q3)
-            k3 = Reshape (k_lin, shape4)
-            kt = Transpose <perm = [0, 2, 3, 1]> (k3)
-            v3 = Reshape (v_lin, shape4)
-            v = Transpose <perm = [0, 2, 1, 3]> (v3)
-            m = MatMul (q, kt)
-            s = Div (m, c)
-            {"sm = Add (s, mask)" if mask else "sm = Identity (s)"}
-            p = Softmax <axis = -1> (sm)
-            ctx = MatMul (p, v)
-            ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
-            out = Reshape (ct, shape3)
+            {_heads_to_context("m = MatMul (q, kt)  s = Div (m, c)  " + masked)}
         }}"""
         weights = {f"w{n}": rng.normal(size=(D, D)).astype(np.float32) for n in "qkv"}
         inits = {**weights, "bq": rng.normal(size=D).astype(np.float32), "bk": rng.normal(size=D).astype(np.float32),
