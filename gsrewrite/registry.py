@@ -24,7 +24,22 @@ T = TypeVar("T")
 DIRECT_PROVIDER = "the caller"
 
 
-class NamedRegistry(Generic[T]):
+class ProviderScope:
+    """Who is registering right now: :meth:`providing` attributes what is added inside it to a plugin."""
+
+    _provider: str = DIRECT_PROVIDER
+
+    @contextmanager
+    def providing(self, provider: str) -> Iterator[None]:
+        """Attribute every entry added inside the ``with`` block to ``provider`` (a plugin label)."""
+        previous, self._provider = self._provider, provider
+        try:
+            yield
+        finally:
+            self._provider = previous
+
+
+class NamedRegistry(ProviderScope, Generic[T]):
     """Entries of one kind (compression strategies, passes, ...) by unique name.
 
     ``kind`` is the singular noun used in messages ("compression strategy"). Subclasses may set
@@ -37,16 +52,6 @@ class NamedRegistry(Generic[T]):
         self.kind = kind
         self._entries: dict[str, T] = {}
         self._providers: dict[str, str] = {}
-        self._provider = DIRECT_PROVIDER
-
-    @contextmanager
-    def providing(self, provider: str) -> Iterator[None]:
-        """Attribute every entry added inside the ``with`` block to ``provider`` (a plugin label)."""
-        previous, self._provider = self._provider, provider
-        try:
-            yield
-        finally:
-            self._provider = previous
 
     def add(self, item: T, name: str | None = None) -> T:
         """Add ``item`` under ``name`` (default: ``item.name``) and return it.

@@ -7,18 +7,18 @@ unique across everything registered: a second pattern, check or computation unde
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError
 from gsrewrite.patterns.pattern import Pattern, load_pattern
+from gsrewrite.registry import ProviderScope
 
 PatternFunction = Callable[[Any], Any]
 
 
-class PatternRegistry:
+class PatternRegistry(ProviderScope):
     """Registered patterns (in registration order), checks and computations."""
 
     def __init__(self) -> None:
@@ -26,16 +26,7 @@ class PatternRegistry:
         self._providers: dict[str, str] = {}
         self.checks: dict[str, PatternFunction] = {}
         self.computes: dict[str, PatternFunction] = {}
-        self._current = ""
-
-    @contextmanager
-    def providing(self, provider: str) -> Iterator[None]:
-        """Attribute everything registered inside the block to ``provider`` (a plugin's name)."""
-        previous, self._current = self._current, provider
-        try:
-            yield
-        finally:
-            self._current = previous
+        self._provider = ""  # nobody until a plugin's registration (ProviderScope.providing) says who
 
     # --- registration (the hook API) ----------------------------------------------------------------
     def add_pattern(self, pattern: Pattern, provider: str = "") -> None:
@@ -46,7 +37,7 @@ class PatternRegistry:
         """Load one pattern file and register its patterns."""
         patterns = load_pattern(path)
         for pattern in patterns:
-            self.add_pattern(pattern, provider or self._current or str(path))
+            self.add_pattern(pattern, provider or self._provider or str(path))
         return patterns
 
     def add_directory(self, path: Any, provider: str = "") -> list[Pattern]:
@@ -70,7 +61,7 @@ class PatternRegistry:
         self.computes[name] = function
 
     def _claim(self, what: str, key: str, provider: str) -> None:
-        provider = provider or self._current
+        provider = provider or self._provider
         if key in self._providers:
             raise DuplicateNameError(
                 f"{what} from {provider or 'unknown'} is already registered by {self._providers[key] or 'unknown'}"
