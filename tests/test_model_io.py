@@ -22,8 +22,10 @@ from gsrewrite.model_io import (
     load_model_bytes,
     max_ir_version,
     needs_external_data,
+    over_protobuf_limit,
     save_model,
     saving,
+    stored_size,
 )
 from gsrewrite.model_io import external_data as external_data_module
 from gsrewrite.model_io.ir_version import ir_version_from_table
@@ -132,6 +134,20 @@ def test_ir_version_is_never_raised(tmp_path: Path) -> None:
     model.ir_version = 8
     save_model(model, tmp_path / "m.onnx")
     assert onnx.load(tmp_path / "m.onnx").ir_version == 8
+
+
+def test_known_ir_version_needs_no_onnxruntime_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gsrewrite.model_io import ir_version as module
+
+    def no_probe() -> int:
+        raise AssertionError("probed onnxruntime for an IR version the table already covers")
+
+    monkeypatch.setattr(module, "max_ir_version", no_probe)
+    assert module.known_ir_version() >= 9  # every onnxruntime this package supports (>= 1.17) reads IR 9
+    model = _rich_model()
+    model.ir_version = 9
+    save_model(model, tmp_path / "m.onnx")
+    assert onnx.load(tmp_path / "m.onnx").ir_version == 9
 
 
 def test_probed_ir_version_is_plausible() -> None:
@@ -273,6 +289,30 @@ def test_external_data_decision() -> None:
     assert needs_external_data(100, False) is False
     with pytest.raises(OutputError, match="2 GB protobuf limit"):
         needs_external_data(3 * 2**30, False)
+
+
+def test_over_protobuf_limit_counts_tensors_and_structure() -> None:
+    model = _rich_model()  # 72 floats of tensors (288 bytes) plus nodes, names and a function
+    size = model.ByteSize()
+    assert not over_protobuf_limit(model)
+    assert over_protobuf_limit(model, limit=200)  # the tensors alone are over it
+    assert over_protobuf_limit(model, limit=size - 1)  # near the limit protobuf counts the structure too
+    assert not over_protobuf_limit(model, limit=size)
+
+
+def test_stored_size_counts_external_data(tmp_path: Path) -> None:
+    w = numpy_helper.from_array(np.ones((128, 128), np.float32), "w")  # 64 KB of weights
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [1, 128])],
+                              [helper.make_tensor_value_info("y", F, [1, 128])], [w])
+    model = helper.make_model(graph)
+    save_model(model, tmp_path / "inline.onnx")
+    save_model(model, tmp_path / "split.onnx", external_data=True)
+    inline = load_model(tmp_path / "inline.onnx")
+    assert stored_size(tmp_path / "inline.onnx", inline) == (tmp_path / "inline.onnx").stat().st_size
+    split = load_model(tmp_path / "split.onnx")
+    assert (tmp_path / "split.onnx").stat().st_size < 1024  # the weights are elsewhere
+    assert stored_size(tmp_path / "split.onnx", split) == split.ByteSize() > 65536
 
 
 def test_large_model_switches_to_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

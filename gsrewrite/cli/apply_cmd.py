@@ -9,7 +9,7 @@ import click
 from gsrewrite.cli._output import console, emit_json, json_option
 from gsrewrite.cli._rewrite_report import print_explain, print_summary
 from gsrewrite.cli._validation_options import validation_options
-from gsrewrite.model_io import serialized_size
+from gsrewrite.model_io import serialized_size, stored_size
 
 _target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
                               help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
@@ -47,8 +47,8 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 
     check_output_path(output, input_path=model, in_place=in_place)
     result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation)
-    save_model(result.model, output, input_path=model, in_place=in_place)
-    report(result, size_before, explain, as_json)
+    size_after = save_model(result.model, output, input_path=model, in_place=in_place)
+    report(result, size_before, explain, as_json, size_after)
 
 
 @click.command()
@@ -65,24 +65,27 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
          validate: bool, explain: bool, validation: dict[str, Any]) -> tuple[Any, int]:
     from gsrewrite.engine import apply as run_apply
-    from gsrewrite.model_io import load_model, serialized_size
+    from gsrewrite.model_io import load_model
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
     with console().status("rewriting...", spinner="dots"):
         result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
                            explain=explain, opset=opset, validation_options=validation)
-    return result, serialized_size(original)
+    return result, stored_size(model, original)
 
 
-def report(result: Any, size_before: int, explain: bool, as_json: bool) -> None:
-    """The before/after table (and explanations), or the JSON report."""
+def report(result: Any, size_before: int, explain: bool, as_json: bool, size_after: int | None = None) -> None:
+    """The before/after table (and explanations), or the JSON report. ``size_after``: the bytes written
+    (default: the serialized size of the result)."""
+    if size_after is None:
+        size_after = serialized_size(result.model)
     if as_json:
         data = result.to_dict()
-        data["size_before"], data["size_after"] = size_before, serialized_size(result.model)
+        data["size_before"], data["size_after"] = size_before, size_after
         emit_json(data)
         return
     out = console()
-    print_summary(out, result, size_before, serialized_size(result.model))
+    print_summary(out, result, size_before, size_after)
     if explain:
         print_explain(out, result)

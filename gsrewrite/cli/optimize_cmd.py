@@ -30,7 +30,7 @@ def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], op
              validate: bool, explain: bool, in_place: bool, validation: dict[str, Any], as_json: bool) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
     from gsrewrite.engine.optimize import optimize as run_optimize
-    from gsrewrite.model_io import check_output_path, load_model, save_model, serialized_size
+    from gsrewrite.model_io import check_output_path, load_model, save_model, stored_size
 
     check_output_path(output, input_path=model, in_place=in_place)
     original = load_model(model)
@@ -38,5 +38,5 @@ def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], op
         result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
                               simplify=not no_simplify, validate=validate, explain=explain,
                               validation_options=validation)
-    save_model(result.model, output, input_path=model, in_place=in_place)
-    report(result, serialized_size(original), explain, as_json)
+    size_after = save_model(result.model, output, input_path=model, in_place=in_place)
+    report(result, stored_size(model, original), explain, as_json, size_after)

@@ -45,7 +45,7 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
 
     --input-shape NAME:1x128 (or DIM=1) also fixes those dims in the result, so that more folds.
     """
-    from gsrewrite.model_io import check_output_path, save_model
+    from gsrewrite.model_io import check_output_path, save_model, stored_size
     from gsrewrite.simplifier import simplify as run_simplify
 
     check_output_path(output, input_path=model, in_place=in_place)
@@ -57,14 +57,9 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
     size = save_model(result.model, output, input_path=model, in_place=in_place,
                       external_data=external_data or None, size_threshold=size_threshold)
     result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
-    if not _has_external_data(result.original):
-        result.note_size(result.original, os.path.getsize(model))
+    result.note_size(result.original, stored_size(model, result.original))
     written = [_write(path, payload, model) for path, payload in extracted]
     _report(result, written, as_json)
-
-
-def _has_external_data(model: Any) -> bool:
-    return any(t.data_location == 1 for t in model.graph.initializer)  # TensorProto.EXTERNAL
 
 
 def _extractions(model: Any, constants: tuple[str, ...], ops: tuple[str, ...], output: str,

@@ -96,14 +96,14 @@ def apply(
     check_target(target)
     original = _as_model(model)
     registry, selected = _select(registry, patterns, pattern_files)
+    pending = _start_validator(reference or original, validation_options) if validate else None
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
     if reference is not None:
         result.before = op_histogram(reference)
-    if validate and (result.changed or reference is not None):
-        _validate_and_bisect(result, reference or original, working, selected, target, registry,
-                             validation_options or {})
+    if pending is not None and (result.changed or reference is not None):
+        _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get())
     result.after = op_histogram(result.model)
     result.seconds = time.perf_counter() - start
     return result
@@ -184,13 +184,17 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
     return result
 
 
-def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
-                         selected: list[Pattern], target: str, registry: PatternRegistry,
-                         options: dict[str, Any]) -> None:
-    """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
-    from gsrewrite.validation import Validator
+def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None) -> Any:
+    """The reference's validator, prepared on a worker thread while the rewrite runs (it runs once, however
+    many candidates bisection compares with it)."""
+    from gsrewrite.validation.background import BackgroundValidator
 
-    validator = Validator(reference, **options)  # the reference runs once, however many candidates follow
+    return BackgroundValidator(reference, **(options or {}))
+
+
+def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
+                         selected: list[Pattern], target: str, registry: PatternRegistry, validator: Any) -> None:
+    """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
     report = validator.check(result.model)
     active = [p for p in selected if result.counts.get(p.name)]
     while not report.ok and active:

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Iterator
 import onnx
 import onnx_graphsurgeon as gs
 
+from gsrewrite.model_io.saving import over_protobuf_limit
+
 log = logging.getLogger(__name__)
 
 #: onnx.shape_inference works on serialized protos limited to 2 GB.
@@ -29,7 +31,7 @@ def default_opset(model: onnx.ModelProto) -> int:
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference with data propagation; on any failure the model is returned unchanged."""
-    if model.ByteSize() >= _INFERENCE_LIMIT:
+    if over_protobuf_limit(model, _INFERENCE_LIMIT - 1):
         log.info("model is over 2 GB: skipping in-memory shape inference")
         return model
     try:

@@ -14,8 +14,10 @@ from gsrewrite.model_io.saving import (
     PROTOBUF_LIMIT,
     check_output_path,
     needs_external_data,
+    over_protobuf_limit,
     save_model,
     serialized_size,
+    stored_size,
 )
 from gsrewrite.model_io.structure import check_structure
 from gsrewrite.model_io.tensors import DEFAULT_MAX_TENSOR_BYTES, check_tensors, declared_nbytes
@@ -32,7 +34,9 @@ __all__ = [
     "load_model_bytes",
     "max_ir_version",
     "needs_external_data",
+    "over_protobuf_limit",
     "parse_model",
     "save_model",
     "serialized_size",
+    "stored_size",
 ]

@@ -39,11 +39,15 @@ def iter_graphs(model: ModelProto) -> Iterator[tuple[GraphProto, str]]:
                 yield from _graphs_in(sub, _sub_where(attr_name, node, i, f"function '{function.name}'"))
 
 
+_GRAPH_ATTRIBUTES = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
+
+
 def _graphs_in(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
     yield graph, where
     for i, node in enumerate(graph.node):
-        for attr_name, sub in node_subgraphs(node):
-            yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
+        if any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute):
+            for attr_name, sub in node_subgraphs(node):
+                yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
 
 
 def _sub_where(attr_name: str, node: NodeProto, index: int, parent: str) -> str:
@@ -72,9 +76,15 @@ def iter_tensors(model: ModelProto) -> Iterator[tuple[TensorProto, str]]:
         yield from _attribute_tensors(function.node, f"function '{function.name}'")
 
 
+_TENSOR_ATTRIBUTES = frozenset({AttributeProto.TENSOR, AttributeProto.TENSORS, AttributeProto.SPARSE_TENSOR,
+                                AttributeProto.SPARSE_TENSORS})
+
+
 def _attribute_tensors(nodes: Iterable[NodeProto], where: str) -> Iterator[tuple[TensorProto, str]]:
     for i, node in enumerate(nodes):
         for attr in node.attribute:
+            if attr.type not in _TENSOR_ATTRIBUTES:  # most attributes: no label to build
+                continue
             label = f"attribute '{attr.name}' of node {node_label(node, i)} in {where}"
             if attr.type == AttributeProto.TENSOR:
                 yield attr.t, label

@@ -30,8 +30,25 @@ _OLDEST_PROBED = 7  # opset 13, used by the probe model, needs IR >= 7
 
 
 def clamp_ir_version(ir_version: int) -> int:
-    """``ir_version`` lowered to what onnxruntime accepts; never raised."""
+    """``ir_version`` lowered to what onnxruntime accepts; never raised.
+
+    A version the installed release is known to read (the table) is returned without probing: probing
+    creates onnxruntime sessions, which costs tens of milliseconds in a fresh process.
+    """
+    if ir_version <= known_ir_version():
+        return ir_version
     return min(ir_version, max_ir_version())
+
+
+@functools.cache
+def known_ir_version() -> int:
+    """The IR version the installed onnxruntime reads according to the table (0 without onnxruntime)."""
+    try:
+        from importlib.metadata import version
+
+        return ir_version_from_table(version("onnxruntime"))
+    except Exception:  # not installed (or unreadable metadata): nothing is known
+        return 0
 
 
 @functools.cache

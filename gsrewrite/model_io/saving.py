@@ -66,10 +66,11 @@ def save_model(
     target = check_output_path(path, input_path=input_path, in_place=in_place)
     out = ModelProto()
     out.CopyFrom(model)
-    _refuse_unloaded_external_data(out)
+    inline_bytes = _inline_tensor_bytes(out)
     if out.ir_version:
         out.ir_version = clamp_ir_version(out.ir_version)
-    external = needs_external_data(serialized_size(out), external_data)
+    too_big = _over_limit(out, inline_bytes, PROTOBUF_LIMIT)
+    external = needs_external_data(serialized_size(out) if too_big else 0, external_data)
     data_path = _data_path(target, location, input_path, in_place) if external else None
     try:
         with _atomic_files() as create:
@@ -93,6 +94,37 @@ def serialized_size(model: ModelProto) -> int:
     except (EncodeError, ValueError):
         tensor_bytes = sum(declared_nbytes(t) for t, _ in iter_tensors(model))
         return max(tensor_bytes, PROTOBUF_LIMIT + 1)
+
+
+def stored_size(path: str | os.PathLike[str], model: ModelProto) -> int:
+    """The bytes of the model read from ``path``, data included: the file's size, or the serialized size when
+    the file is smaller than the tensors it holds (they were read from external data files)."""
+    file_bytes = os.path.getsize(path)
+    if sum(declared_nbytes(t) for t, _ in iter_tensors(model)) > file_bytes:
+        return serialized_size(model)
+    return file_bytes
+
+
+#: Room left for everything but tensor payloads (nodes, names, shapes) before protobuf must count exactly.
+_STRUCTURE_MARGIN = 256 << 20
+
+
+def over_protobuf_limit(model: ModelProto, limit: int | None = None) -> bool:
+    """Whether ``model`` serializes to more than ``limit`` bytes.
+
+    Cheap for the common case: the tensor payloads decide unless they come within 256 MB of the limit;
+    only then does protobuf count the whole message (``ByteSize`` costs as much as serializing).
+    """
+    tensor_bytes = sum(declared_nbytes(t) for t, _ in iter_tensors(model) if not is_external(t))
+    return _over_limit(model, tensor_bytes, PROTOBUF_LIMIT if limit is None else limit)
+
+
+def _over_limit(model: ModelProto, tensor_bytes: int, limit: int) -> bool:
+    if tensor_bytes > limit:
+        return True
+    if tensor_bytes < limit - _STRUCTURE_MARGIN:
+        return False
+    return serialized_size(model) > limit
 
 
 def check_output_path(
@@ -126,13 +158,17 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _refuse_unloaded_external_data(model: ModelProto) -> None:
+def _inline_tensor_bytes(model: ModelProto) -> int:
+    """The bytes of the model's tensor payloads; refuses tensors whose data was never loaded."""
+    total = 0
     for tensor, where in iter_tensors(model):
         if is_external(tensor):
             raise OutputError(
                 f"{where} still refers to external data that was not loaded; "
                 "load the model with load_external_data=True before saving it"
             )
+        total += declared_nbytes(tensor)
+    return total
 
 
 def _data_path(

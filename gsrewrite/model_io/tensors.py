@@ -55,13 +55,16 @@ def declared_nbytes(tensor: TensorProto) -> int:
     return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
 
 
+_KNOWN_TYPES = frozenset(TensorProto.DataType.values())
+
+
 def checked_nbytes(tensor: TensorProto, where: str, max_bytes: int) -> int:
     """Validate the tensor's declaration (type, dimensions, size cap) and return its size in bytes.
 
     Raises InvalidModelError for an unknown element type or a negative dimension, ModelTooLargeError when
     the declared size exceeds ``max_bytes``. Nothing is allocated.
     """
-    if tensor.data_type == _T.UNDEFINED or tensor.data_type not in TensorProto.DataType.values():
+    if tensor.data_type == _T.UNDEFINED or tensor.data_type not in _KNOWN_TYPES:
         raise InvalidModelError(f"{where} has an unknown element type ({dtype_name(tensor.data_type)})")
     negative = [d for d in tensor.dims if d < 0]
     if negative:

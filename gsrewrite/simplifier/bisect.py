@@ -40,19 +40,30 @@ class Rejected:
 
 
 class Checker:
-    """Compares candidates with ``original`` (``options``: keyword arguments of :func:`gsrewrite.validate`)."""
+    """Compares candidates with ``original`` (``options``: keyword arguments of :func:`gsrewrite.validate`).
+
+    The original runs on a worker thread from construction on (while the passes run); the first comparison
+    waits for it.
+    """
 
     def __init__(self, original: onnx.ModelProto, options: dict[str, Any]) -> None:
-        from gsrewrite.validation import Validator
+        from gsrewrite.validation.background import BackgroundValidator
 
-        try:
-            self._validator = Validator(original, **options)
-        except ValidationError as exc:  # the original itself cannot run: nothing to compare with
-            raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
+        self._pending = BackgroundValidator(original, **options)
+        self._validator: Any = None
+
+    def _ready(self) -> Any:
+        if self._validator is None:
+            try:
+                self._validator = self._pending.get()
+            except ValidationError as exc:  # the original itself cannot run: nothing to compare with
+                raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
+        return self._validator
 
     def __call__(self, candidate: onnx.ModelProto) -> Any:
+        validator = self._ready()
         try:
-            return self._validator.check(candidate)
+            return validator.check(candidate)
         except (ValidationError, InputDataError) as exc:
             return Rejected(str(exc).splitlines()[0])
 

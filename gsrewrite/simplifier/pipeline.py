@@ -62,11 +62,12 @@ def simplify(
     run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata)
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
+    checker = Checker(run.original, _validation_options(validation_options, input_shapes)) if validate else None
     out, counts, rounds = run(passes)
     result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
                             run.original, rounds)
-    if validate and result.changed:
-        _validate(result, run, passes, dict(validation_options or {}))
+    if checker is not None and result.changed:
+        _validate(result, run, passes, checker)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -112,11 +113,16 @@ def _configured(passes: list[GraphPass], max_fold_bytes: int) -> list[GraphPass]
     return [p.configure(options) if callable(getattr(p, "configure", None)) else p for p in passes]
 
 
-def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], options: dict[str, Any]) -> None:
-    if run.input_shapes and not options.get("input_shapes") and options.get("inputs") is None:
-        options["input_shapes"] = run.input_shapes
-    model, counts, report, dropped = validate_and_bisect(result.model, result.counts, passes, run,
-                                                         Checker(run.original, options))
+def _validation_options(options: Mapping[str, Any] | None, input_shapes: ShapeSpec | None) -> dict[str, Any]:
+    """The options for the validator; inputs are generated with the shapes simplify fixed, unless given."""
+    options = dict(options or {})
+    if input_shapes and not options.get("input_shapes") and options.get("inputs") is None:
+        options["input_shapes"] = input_shapes
+    return options
+
+
+def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], checker: Checker) -> None:
+    model, counts, report, dropped = validate_and_bisect(result.model, result.counts, passes, run, checker)
     result.model, result.counts, result.validation, result.dropped = model, counts, report, dropped
     if not report.ok:
         log.warning("the simplified model does not agree with the original (%s): keeping the original",

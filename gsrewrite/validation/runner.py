@@ -28,7 +28,6 @@ from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_byte
 log = logging.getLogger(__name__)
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
-ModelArg = onnx.ModelProto | str | os.PathLike
 
 
 @dataclass
@@ -39,6 +38,11 @@ class ModelSource:
     proto: onnx.ModelProto
     path: Path | None = None
     load_seconds: float = 0.0
+    data: bytes | None = field(default=None, repr=False)  # the proto already serialized, when it was
+
+
+#: What the validation functions take for a model: a proto, a path, or a prepared :class:`ModelSource`.
+ModelArg = onnx.ModelProto | str | os.PathLike | ModelSource
 
 
 def resolve_model(model: ModelArg, role: str) -> ModelSource:
@@ -47,6 +51,8 @@ def resolve_model(model: ModelArg, role: str) -> ModelSource:
     For a path only the graph is read here (external data is validated, not loaded); onnxruntime loads the
     model from the path.
     """
+    if isinstance(model, ModelSource):
+        return model
     if isinstance(model, onnx.ModelProto):
         return ModelSource(role, model)
     if isinstance(model, (str, os.PathLike)):
@@ -107,12 +113,19 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None) ->
 def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> str | bytes:
     if source.path is not None:
         return str(source.path)
+    if source.data is not None:
+        return source.data
     serialized = _serialized(source.proto)
     if serialized is not None:
         return serialized
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
     log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
     return str(write_with_external_data(source.proto, folder))
+
+
+def serialized_source(model: onnx.ModelProto, role: str) -> ModelSource:
+    """A source for ``model`` serialized now (in the calling thread), or as-is when it is over 2 GB."""
+    return ModelSource(role, model, data=_serialized(model))
 
 
 def _serialized(model: onnx.ModelProto) -> bytes | None:

@@ -1,0 +1,54 @@
+"""A :class:`~gsrewrite.validation.Validator` prepared on a worker thread while the caller rewrites.
+
+Preparing a validator means creating an onnxruntime session for the original model and running it on every
+input set. onnxruntime releases the GIL while it builds and runs sessions, so doing that on a thread overlaps
+it with the Python-heavy rewriting that has to happen anyway: a validated rewrite then costs little more
+than an unvalidated one. Errors (the original cannot run, the given inputs do not fit) are raised by
+:meth:`BackgroundValidator.get`, in the caller's thread, exactly as ``Validator(...)`` would raise them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import onnx
+
+from gsrewrite.validation.runner import ModelArg, serialized_source
+from gsrewrite.validation.validator import Validator
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundValidator:
+    """``Validator(original, **options)``, started now on a worker thread; :meth:`get` waits for it."""
+
+    def __init__(self, original: ModelArg, **options: Any) -> None:
+        if isinstance(original, onnx.ModelProto):
+            # serialize here: on the worker it would hold the GIL in turns with the caller's rewriting
+            original = serialized_source(original, "original")
+        self._validator: Validator | None = None
+        self._error: BaseException | None = None
+        # not a daemon: onnxruntime must not be running native code while the interpreter shuts down
+        self._thread = threading.Thread(target=self._prepare, args=(original, options),
+                                        name="gsrewrite-reference-run")
+        self._thread.start()
+
+    def _prepare(self, original: ModelArg, options: dict[str, Any]) -> None:
+        try:
+            self._validator = Validator(original, **options)
+        except BaseException as exc:  # handed to the caller's thread by get()
+            self._error = exc
+
+    def get(self) -> Validator:
+        """The prepared validator (waits for the worker); raises what ``Validator(...)`` raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._validator is not None
+        return self._validator
+
+    def wait(self) -> None:
+        """Wait for the worker without using its result (errors are dropped: the validator is not needed)."""
+        self._thread.join()
