@@ -208,6 +208,29 @@ def test_model_onnxruntime_cannot_load_names_the_model():
     assert "\n" not in str(info.value)
 
 
+def test_background_validator_matches_the_foreground_one():
+    from gsrewrite.validation.background import BackgroundValidator
+
+    pending = BackgroundValidator(bias_model(), runs=2)
+    validator = pending.get()
+    assert validator is pending.get()  # prepared once
+    assert validator.check(bias_model()).ok
+    report = validator.check(perturbed_bias_model(index=3, delta=1e-2))
+    assert not report.ok and report.worst.max_abs == pytest.approx(1e-2, abs=1e-6)
+
+
+def test_background_validator_raises_in_the_callers_thread():
+    from gsrewrite.validation.background import BackgroundValidator
+
+    broken = bias_model()
+    broken.graph.node[0].op_type = "NoSuchOp"
+    pending = BackgroundValidator(broken)
+    with pytest.raises(ValidationError, match="cannot load the original model"):
+        pending.get()
+    with pytest.raises(UsageError):
+        BackgroundValidator(bias_model(), runs=0).get()
+
+
 def test_path_arguments(tmp_path):
     onnx.save(bias_model(), tmp_path / "a.onnx")
     onnx.save(perturbed_bias_model(), tmp_path / "b.onnx")
