@@ -20,8 +20,9 @@ FUSED_TABLES = [("attention", "Attention blocks fused (Attention, MultiHeadAtten
 METHOD = """\
 How each number is taken (details: docs/benchmarks.md):
 - Every tool run is its own subprocess (a peer that aborts costs only its cell); the timed part is the tool's
-  load -> optimize -> save call, imports excluded. gsrewrite runs its CLI command in-process (validation on,
-  as users run it). The baseline is the median of `onnx.load` + `onnx.save` of the input.
+  load -> optimize -> save call, imports excluded, median of {tool_runs} run(s). gsrewrite runs its CLI
+  command in-process (validation on, as users run it). The baseline is the median of `onnx.load` +
+  `onnx.save` of the input.
 - Fused-op and node counts include subgraphs. File size counts every file the tool wrote (external data too).
 - Latency: onnxruntime CPU, 1 intra-op and 1 inter-op thread, the model's sample inputs, median of {runs} runs
   after 5 warm-up runs; all outputs of one model run in interleaved rounds in one process, so a load change
@@ -134,7 +135,8 @@ def render(results: list[ModelResult], meta: dict[str, Any]) -> str:
     lines = ["# gsrewrite vs peer optimizers", "", meta.get("measured") or md.machine_line(), "",
              f"Models: `{meta['folder']}` ({len(results)}). Versions: "
              + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()) + ".", "",
-             METHOD.format(runs=runs), "", "## Target checks", "", *_checks(results, tools),
+             METHOD.format(runs=runs, tool_runs=meta.get("tool_runs", 1)), "", "## Target checks", "",
+             *_checks(results, tools),
              "## What the peers were told", "", _told(results), "", "## Results", "", *_tables(results, tools, runs)]
     if notes:
         lines += ["## Failures and unavailable tools", "", *notes, ""]
