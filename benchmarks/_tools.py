@@ -218,6 +218,20 @@ def prepare(tool: Tool) -> None:
     if tool.name.startswith("gsrewrite"):  # modules gsrewrite imports lazily: imports are not timed
         for command in ("optimize", "apply", "simplify"):
             _gsrewrite_command(command)
-        for module in ("gsrewrite.plugin_manager", "gsrewrite.simplifier", "gsrewrite.patterns"):
-            with contextlib.suppress(ImportError):
-                importlib.import_module(module)
+        _import_all("gsrewrite")
+        _import_all("gsrewrite_builtins")
+
+
+def _import_all(package: str) -> None:
+    """Import a package and every module in it (a peer's top-level import does as much)."""
+    import pkgutil
+
+    try:
+        root = importlib.import_module(package)
+    except ImportError:
+        return
+    for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+        if info.name.endswith("__main__"):
+            continue
+        with contextlib.suppress(Exception):  # an optional module whose extra is missing
+            importlib.import_module(info.name)

@@ -54,16 +54,20 @@ class CompiledVariant:
 
     pattern: Pattern
     variant: Variant
-    plan: list[PlanStep]
     replacement: TemplateGraph
 
     @classmethod
     def build(cls, pattern: Pattern, variant: Variant, replacement: TemplateGraph) -> CompiledVariant:
-        cached = _PLANS.get(id(variant))
-        if cached is None or cached[0] is not variant:  # (the variant object is kept, so its id stays unique)
-            cached = (variant, build_plan(variant.template, f"pattern {pattern.name!r}"))
-            _PLANS[id(variant)] = cached
-        return cls(pattern, variant, cached[1], replacement)
+        return cls(pattern, variant, replacement)
+
+    @functools.cached_property
+    def plan(self) -> list[PlanStep]:
+        """The search plan, built on first use: most variants never get past :meth:`possible_in`."""
+        cached = _PLANS.get(id(self.variant))
+        if cached is None or cached[0] is not self.variant:  # (the variant object is kept: its id stays unique)
+            cached = (self.variant, build_plan(self.variant.template, f"pattern {self.pattern.name!r}"))
+            _PLANS[id(self.variant)] = cached
+        return cached[1]
 
     @property
     def anchor_op(self) -> tuple[str, str]:
