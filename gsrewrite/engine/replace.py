@@ -2,8 +2,9 @@
 
 The replacement's outputs reuse the matched output tensors (so consumers and graph outputs need no
 rewiring), its inputs are the tensors the match bound (an unbound optional input is left out), computed
-values become new constants, and attributes come from literals, ``@captures`` or - for a replacement node
-whose ``[label]`` equals a match node's - that node's own attributes. New nodes are named after the pattern.
+values become new constants (or, when a computation returns a variable of the graph, that tensor), and
+attributes come from literals, ``@captures`` or - for a replacement node whose ``[label]`` equals a match
+node's - that node's own attributes. New nodes are named after the pattern.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
     env: dict[str, gs.Tensor | None] = {}
     for name in replacement.inputs:
         if name in match.computed:
-            env[name] = _constant(names(f"{stamp}/{name}"), match.computed[name])
+            value = match.computed[name]  # a tensor of the graph (a computation located it), or a new constant
+            env[name] = value if isinstance(value, gs.Variable) else _constant(names(f"{stamp}/{name}"), value)
         else:
             env[name] = match.tensors.get(name)
     for name, value in replacement.constants.items():

@@ -1,0 +1,109 @@
+"""attention-mask-index: an exporter's padding bias (any spelling) -> the raw 2-D mask as Attention's mask_index."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from gsrewrite.testing import assert_no_rewrite, assert_rewrite, model_from_text
+
+D, HEADS = 8, 2
+PATTERN = ["attention-mask-index"]
+
+
+def _model(bias_nodes: str, extra_inputs: str = "") -> onnx.ModelProto:
+    """x [B, S, 8] -> com.microsoft.Attention(x, w, b, , , bias); ``bias_nodes`` compute ``bias`` from ``mask``."""
+    rng = np.random.default_rng(0)
+    text = f"""
+    agraph (float[batch, seq, {D}] x, int64[batch, seq] mask{extra_inputs}) => (float[batch, seq, {D}] y) {{
+      {bias_nodes}
+      y = com.microsoft.Attention <num_heads = {HEADS}> (x, w, b, , , bias)
+    }}
+    """
+    return model_from_text(text, extra_opsets={"com.microsoft": 1}, initializers={
+        "w": rng.standard_normal((D, 3 * D)).astype(np.float32),
+        "b": rng.standard_normal(3 * D).astype(np.float32),
+        "one": np.array(1.0, np.float32), "big": np.array(-10000.0, np.float32),
+        "lowest": np.array(np.finfo(np.float32).min, np.float32), "zero": np.array(0.0, np.float32),
+        "zero_i": np.array(0, np.int64), "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
+        "ax12": np.array([1, 2], np.int64), "minus_one": np.array(-1.0, np.float32),
+        "zero_1": np.array([0], np.int64), "causal": np.triu(np.full((5, 5), -10000.0, np.float32), 1),
+    })
+
+
+# HF BERT: (1 - mask[:, None, None, :]) * -10000, expanded over the query rows (onnxruntime's Attention wants
+# attention_bias [batch or 1, heads or 1, sequence, sequence])
+LEGACY = """
+      m1 = Unsqueeze (mask, ax1)
+      m2 = Unsqueeze (m1, ax2)
+      mf = Cast <to = 1> (m2)
+      inv = Sub (one, mf)
+      small = Mul (inv, big)
+      sm = Shape (mask)
+      rows = Slice (sm, ax1, ax2)
+      tgt = Concat <axis = 0> (ax1, ax1, rows, ax1)
+      bias = Expand (small, tgt)
+"""
+
+def test_legacy_bias_becomes_mask_index() -> None:
+    result = assert_rewrite(_model(LEGACY), PATTERN, {"attention-mask-index": 1},
+                            produces={"com.microsoft.Attention": 1, "Cast": 1}, absent=["Sub", "Mul", "Unsqueeze"])
+    attention = next(n for n in result.model.graph.node if n.op_type == "Attention")
+    assert len(attention.input) == 4 and attention.input[3]  # mask_index, no attention_bias
+    filter_value = next(a.f for a in attention.attribute if a.name == "mask_filter_value")
+    assert filter_value == -10000.0
+    assert next(a.i for a in attention.attribute if a.name == "num_heads") == HEADS  # inherited
+
+
+def test_where_expand_bias_with_lowest_float() -> None:
+    where = """
+      eq = Equal (mask, zero_i)
+      e4 = Unsqueeze (eq, ax12)
+      s = Shape (mask)
+      n = Slice (s, ax1, ax2)
+      bsz = Slice (s, zero_1, ax1)
+      full = Concat <axis = 0> (bsz, ax1, n, n)
+      ex = Expand (e4, full)
+      bias = Where (ex, lowest, zero)
+    """
+    model = _model(where)
+    result = assert_rewrite(model, PATTERN, {"attention-mask-index": 1}, produces={"com.microsoft.Attention": 1},
+                            absent=["Where", "Expand"])
+    attention = next(n for n in result.model.graph.node if n.op_type == "Attention")
+    assert next(a.f for a in attention.attribute if a.name == "mask_filter_value") == pytest.approx(
+        float(np.finfo(np.float32).min))
+
+
+def test_bias_reading_another_inputs_shape_only() -> None:
+    # the query-row count comes from x's shape: x is only a shape here, the bias still depends on the mask alone
+    model = _model(LEGACY.replace("sm = Shape (mask)", "sm = Shape (x)"))
+    assert_rewrite(model, PATTERN, {"attention-mask-index": 1}, absent=["Expand", "Shape"])
+
+
+@pytest.mark.parametrize(("nodes", "reason"), [
+    # a causal term added: the bias differs between query rows
+    (LEGACY.replace("bias = Expand (small, tgt)", "pad = Expand (small, tgt)\n      bias = Add (pad, causal)"),
+     "not 0 where the mask is 1"),
+    # masked positions get -1: not a padding bias (softmax still sees them)
+    (LEGACY.replace("small = Mul (inv, big)", "small = Mul (inv, minus_one)"), "very negative"),
+    # two graph inputs decide the bias
+    (LEGACY.replace("mf = Cast <to = 1> (m2)", "m3 = Mul (m2, mask2)\n      mf = Cast <to = 1> (m3)"),
+     "2 graph inputs"),
+])
+def test_not_a_padding_bias(nodes: str, reason: str) -> None:
+    model = _model(nodes, ", int64[batch, seq] mask2" if "mask2" in nodes else "")
+    if "causal" in nodes:  # fixed sequence length 5 for the causal term
+        for value in (*model.graph.input, *model.graph.output):
+            value.type.tensor_type.shape.dim[1].dim_value = 5
+    result = assert_no_rewrite(model, PATTERN)
+    assert reason in result.near_misses["attention-mask-index"].reason
+
+
+def test_mask_index_result_runs_with_padding() -> None:
+    # explicit inputs: one row fully visible, one padded at the end (the case tokenizers produce)
+    model = _model(LEGACY)
+    rng = np.random.default_rng(1)
+    inputs = {"x": rng.standard_normal((2, 6, D)).astype(np.float32),
+              "mask": np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], np.int64)}
+    assert_rewrite(model, PATTERN, {"attention-mask-index": 1}, inputs=inputs, atol=1e-5)
