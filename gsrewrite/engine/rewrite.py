@@ -20,6 +20,7 @@ from gsrewrite.engine.graph import NameSource
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
 from gsrewrite.engine.replace import replace_match
+from gsrewrite.engine.shape_reads import release_shape_reads
 from gsrewrite.engine.targets import choose_replacement
 from gsrewrite.engine.tracing import Tracer
 from gsrewrite.patterns.pattern import Pattern
@@ -135,6 +136,7 @@ class RewritePass:
     def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult, names: NameSource) -> None:
         removed: set[int] = set()
         for match in matches:
+            release_shape_reads(match, names)  # kept intermediates whose Shape readers can read a survivor instead
             gone = match.removed_nodes()
             old = [(n.name, n.op) for n in gone]
             removed.update(id(n) for n in gone)
