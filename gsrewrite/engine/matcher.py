@@ -56,10 +56,6 @@ class CompiledVariant:
     variant: Variant
     replacement: TemplateGraph
 
-    @classmethod
-    def build(cls, pattern: Pattern, variant: Variant, replacement: TemplateGraph) -> CompiledVariant:
-        return cls(pattern, variant, replacement)
-
     @functools.cached_property
     def plan(self) -> list[PlanStep]:
         """The search plan, built on first use: most variants never get past :meth:`possible_in`."""

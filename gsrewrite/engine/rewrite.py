@@ -96,7 +96,7 @@ class RewritePass:
                 continue
             for v_order, variant in enumerate(pattern.variants):
                 key = (-pattern.variant_priority(variant), order, v_order)
-                entries.append((key, CompiledVariant.build(pattern, variant, replacement)))
+                entries.append((key, CompiledVariant(pattern, variant, replacement)))
         return [cv for _key, cv in sorted(entries, key=lambda e: e[0])]
 
     def _find(self, graph: gs.Graph, compiled: list[CompiledVariant], tracer: Tracer | None) -> list[Match]:

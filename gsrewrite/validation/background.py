@@ -48,7 +48,3 @@ class BackgroundValidator:
             raise self._error
         assert self._validator is not None
         return self._validator
-
-    def wait(self) -> None:
-        """Wait for the worker without using its result (errors are dropped: the validator is not needed)."""
-        self._thread.join()

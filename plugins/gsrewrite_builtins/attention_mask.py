@@ -13,17 +13,13 @@ query row and head.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.legalize import legalize
 from gsrewrite.engine.match import CheckFailed, Match
-
-log = logging.getLogger(__name__)
 
 #: Most nodes the bias computation may have (exporters use 5-40).
 MAX_MASK_NODES = 64
@@ -145,17 +141,17 @@ def _computation(graph: gs.Graph, bias: gs.Tensor) -> tuple[list[gs.Node], list[
     return ordered, list(value_inputs.values()), shape_only
 
 
-def _test_dims(mask: gs.Variable) -> dict[Any, int]:
-    """Concrete sizes for the mask's dims: static ones as declared, symbolic ones small (batch 2, sequence 7)."""
+def _test_dims(mask: gs.Variable) -> tuple[int, int]:
+    """Concrete (batch, sequence) for the mask: static dims as declared, symbolic ones small (2 and 7)."""
     batch, sequence = mask.shape
-    return {0: batch if isinstance(batch, int) and batch > 0 else 2,
-            1: sequence if isinstance(sequence, int) and sequence > 0 else 7}
+    return (batch if isinstance(batch, int) and batch > 0 else 2,
+            sequence if isinstance(sequence, int) and sequence > 0 else 7)
 
 
-def _feeds(mask: gs.Variable, shape_inputs: list[gs.Variable], dims: dict[Any, int],
+def _feeds(mask: gs.Variable, shape_inputs: list[gs.Variable], dims: tuple[int, int],
            case: int) -> dict[str, np.ndarray]:
     """Inputs for one test: a mask with holes in different places per row, zeros for shape-only inputs."""
-    batch, sequence = dims[0], dims[1]
+    batch, sequence = dims
     rows = np.arange(batch)[:, None]
     cols = np.arange(sequence)[None, :]
     holes = (cols + rows + case) % 3 == 2
