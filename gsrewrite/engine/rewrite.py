@@ -16,6 +16,7 @@ from typing import Any
 
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.dedupe import merge_added_duplicates
 from gsrewrite.engine.graph import NameSource
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
@@ -73,17 +74,20 @@ class RewritePass:
         result = PassResult(graph, False)
         compiled = self._compile(int(graph.opset), result.skipped)
         names = NameSource(graph)
+        added: set[int] = set()
         for _sweep in range(self.max_sweeps):
             tracer = Tracer() if self.explain else None
             matches = self._find(graph, compiled, tracer)
             result.tracer = tracer
             if not matches:
                 break
-            self._replace(graph, matches, result, names)
+            added.update(self._replace(graph, matches, result, names))
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
         if result.modified:
             graph.cleanup(remove_unused_graph_inputs=False).toposort()
+            if merge_added_duplicates(graph, added):
+                graph.cleanup(remove_unused_graph_inputs=False)
         return result
 
     def _compile(self, opset: int, skipped: dict[str, str]) -> list[CompiledVariant]:
@@ -133,14 +137,18 @@ class RewritePass:
                 return False
         return True
 
-    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult, names: NameSource) -> None:
+    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult,
+                 names: NameSource) -> set[int]:
+        """Replace every match; returns the ids of the nodes added."""
         removed: set[int] = set()
+        new: set[int] = set()
         for match in matches:
             release_shape_reads(match, names)  # kept intermediates whose Shape readers can read a survivor instead
             gone = match.removed_nodes()
             old = [(n.name, n.op) for n in gone]
             removed.update(id(n) for n in gone)
             added = replace_match(graph, match, names)
+            new.update(id(n) for n in added)
             result.counts[match.pattern.name] += 1
             result.records.append(MatchRecord(
                 match.pattern.name, match.variant.label, [n for n, _ in old], [n.name for n in added],
@@ -148,3 +156,4 @@ class RewritePass:
             ))
         graph.nodes = [n for n in graph.nodes if id(n) not in removed]
         result.modified = True
+        return new - removed

@@ -12,13 +12,16 @@ D, HEADS = 8, 2
 PATTERN = ["attention-mask-index"]
 
 
-def _model(bias_nodes: str, extra_inputs: str = "") -> onnx.ModelProto:
+ATTENTION = f"y = com.microsoft.Attention <num_heads = {HEADS}> (x, w, b, , , bias)"
+
+
+def _model(bias_nodes: str, extra_inputs: str = "", attention: str = ATTENTION) -> onnx.ModelProto:
     """x [B, S, 8] -> com.microsoft.Attention(x, w, b, , , bias); ``bias_nodes`` compute ``bias`` from ``mask``."""
     rng = np.random.default_rng(0)
     text = f"""
     agraph (float[batch, seq, {D}] x, int64[batch, seq] mask{extra_inputs}) => (float[batch, seq, {D}] y) {{
       {bias_nodes}
-      y = com.microsoft.Attention <num_heads = {HEADS}> (x, w, b, , , bias)
+      {attention}
     }}
     """
     return model_from_text(text, extra_opsets={"com.microsoft": 1}, initializers={
@@ -107,3 +110,16 @@ def test_mask_index_result_runs_with_padding() -> None:
     inputs = {"x": rng.standard_normal((2, 6, D)).astype(np.float32),
               "mask": np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], np.int64)}
     assert_rewrite(model, PATTERN, {"attention-mask-index": 1}, inputs=inputs, atol=1e-5)
+
+
+def test_two_attentions_share_one_cast_of_the_mask() -> None:
+    # each match casts the mask on its own; the rewrite pass merges the identical Casts it added
+    model = _model(LEGACY, attention=f"""
+      h = com.microsoft.Attention <num_heads = {HEADS}> (x, w, b, , , bias)
+      y = com.microsoft.Attention <num_heads = {HEADS}> (h, w, b, , , bias)""")
+    result = assert_rewrite(model, PATTERN, {"attention-mask-index": 2}, produces={"com.microsoft.Attention": 2},
+                            absent=["Sub", "Mul"])
+    casts = [n for n in result.model.graph.node if n.op_type == "Cast"]
+    assert len(casts) == 1
+    readers = [n for n in result.model.graph.node if n.op_type == "Attention" and n.input[3] == casts[0].output[0]]
+    assert len(readers) == 2
