@@ -20,7 +20,7 @@ from gsrewrite.engine.optimize import optimize
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
 ATTENTION = {"MultiHeadAttention", "Attention", "GroupQueryAttention"}
 NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
-         "SkipSimplifiedLayerNormalization", "RMSNormalization"}
+         "SkipSimplifiedLayerNormalization", "RMSNormalization", "EmbedLayerNormalization"}
 GELUS = {"Gelu", "FastGelu", "BiasGelu"}
 #: what is not fused yet, per (architecture, family): the reason is the gap, and the test must still fail
 KNOWN_GAPS = {

@@ -14,9 +14,16 @@ if TYPE_CHECKING:
 @hookimpl
 def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
     # imported here: loading the plugin (every CLI start) must not import the engine
-    from gsrewrite_builtins import attention, attention_mask, pattern_checks, pattern_computations, rotary
+    from gsrewrite_builtins import (
+        attention,
+        attention_mask,
+        embeddings,
+        pattern_checks,
+        pattern_computations,
+        rotary,
+    )
 
-    for module in (pattern_checks, pattern_computations, attention, attention_mask, rotary):
+    for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings, rotary):
         for name, check in getattr(module, "CHECKS", {}).items():
             registry.add_check(name, check)
         for name, compute in getattr(module, "COMPUTATIONS", {}).items():
