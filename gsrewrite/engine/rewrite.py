@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,15 +70,17 @@ class RewritePass:
         self.target = target
         self.explain = explain
         self.max_sweeps = max_sweeps
+        #: pattern order -> its compiled variants (built the first time the pattern can match)
+        self._compiled: dict[int, list[CompiledVariant]] = {}
 
     def run(self, graph: gs.Graph) -> PassResult:
         result = PassResult(graph, False)
-        compiled = self._compile(int(graph.opset), result.skipped)
+        usable = self._compile(int(graph.opset), result.skipped)
         names = NameSource(graph)
         added: set[int] = set()
         for _sweep in range(self.max_sweeps):
             tracer = Tracer() if self.explain else None
-            matches = self._find(graph, compiled, tracer)
+            matches = self._find(graph, usable, tracer)
             result.tracer = tracer
             if not matches:
                 break
@@ -90,24 +93,41 @@ class RewritePass:
                 graph.cleanup(remove_unused_graph_inputs=False)
         return result
 
-    def _compile(self, opset: int, skipped: dict[str, str]) -> list[CompiledVariant]:
-        entries = []
+    def _compile(self, opset: int, skipped: dict[str, str]) -> list[tuple[int, Pattern, Any]]:
+        """(order, pattern, replacement) of the patterns that have a replacement for the target and opset."""
+        usable = []
         for order, pattern in enumerate(self.patterns):
             replacement, reason = choose_replacement(pattern, self.target, opset)
             if replacement is None:
                 skipped[pattern.name] = reason
                 log.info("pattern %s skipped: %s", pattern.name, reason)
                 continue
-            for v_order, variant in enumerate(pattern.variants):
-                key = (-pattern.variant_priority(variant), order, v_order)
-                entries.append((key, CompiledVariant(pattern, variant, replacement)))
+            usable.append((order, pattern, replacement))
+        return usable
+
+    def _variants(self, usable: list[tuple[int, Pattern, Any]],
+                  counts: Mapping[tuple[str, str], int]) -> list[CompiledVariant]:
+        """The compiled variants of the patterns the graph has the ops for, largest (highest priority) first.
+        A pattern's variants are expanded and compiled the first time its ops are all present."""
+        entries = []
+        for order, pattern, replacement in usable:
+            if not all(counts.get(op, 0) >= n for op, n in pattern.required_ops.items()):
+                continue
+            compiled = self._compiled.get(order)
+            if compiled is None:
+                compiled = [CompiledVariant(pattern, v, replacement) for v in pattern.variants]
+                self._compiled[order] = compiled
+            for v_order, cv in enumerate(compiled):
+                entries.append(((-pattern.variant_priority(cv.variant), order, v_order), cv))
         return [cv for _key, cv in sorted(entries, key=lambda e: e[0])]
 
-    def _find(self, graph: gs.Graph, compiled: list[CompiledVariant], tracer: Tracer | None) -> list[Match]:
+    def _find(self, graph: gs.Graph, usable: list[tuple[int, Pattern, Any]],
+              tracer: Tracer | None) -> list[Match]:
         index: dict[tuple[str, str], list[gs.Node]] = {}
         for node in graph.nodes:
             index.setdefault((node.domain or "", node.op), []).append(node)
         counts = {op: len(nodes) for op, nodes in index.items()}
+        compiled = self._variants(usable, counts)
         claimed: set[int] = set()
         matcher = Matcher(graph, claimed, self.checks, tracer)
         matches = []

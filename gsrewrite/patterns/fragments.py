@@ -12,13 +12,14 @@ A fragment lists its *forms*, each a small graph with the same formal outputs an
 
 A template that calls ``s = alt.Square(d)`` matches either form. A form made of one ``Identity`` node makes
 the call optional (``y`` is then simply ``x``; formal inputs the form does not use stay unbound). Expansion
-happens once, at load time: each combination of forms becomes one concrete *variant* of the pattern.
+happens once, on first use: each combination of forms becomes one concrete *variant* of the pattern.
 Commutative operand order is NOT expressed with fragments: the matcher handles it.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 from gsrewrite.errors import PatternError
@@ -34,6 +35,54 @@ class Fragment:
 
     name: str
     forms: list[TemplateGraph]
+
+
+def check_calls(template: TemplateGraph, fragments: dict[str, Fragment], where: str) -> None:
+    """Every fragment called (directly or by a form) exists, nesting is bounded, and the number of variants
+    stays under :data:`MAX_VARIANTS` (checked without expanding)."""
+    if _combinations(template, fragments, where, 0) > MAX_VARIANTS:
+        raise PatternError(f"{where}: expands to more than {MAX_VARIANTS} variants")
+
+
+def _combinations(template: TemplateGraph, fragments: dict[str, Fragment], where: str, depth: int) -> int:
+    if depth > 8:
+        raise PatternError(f"{where}: fragments call each other too deeply (recursion?)")
+    count = 1
+    for node in template.nodes:
+        if node.is_fragment_call:
+            fragment = _fragment(node, fragments, where)
+            count *= sum(_combinations(form, fragments, where, depth + 1) for form in fragment.forms)
+    return count
+
+
+def required_ops(template: TemplateGraph, fragments: dict[str, Fragment], depth: int = 0) -> Counter:
+    """(domain, op) counts that every variant of ``template`` has (for a fragment call: what all its forms
+    have); optional steps (Identity forms) count for nothing."""
+    counts: Counter = Counter()
+    for node in template.nodes:
+        if node.is_fragment_call:
+            fragment = fragments.get(node.op)
+            if fragment is None or depth > 8:
+                continue  # reported by check_calls
+            per_form = [required_ops(form, fragments, depth + 1) for form in fragment.forms]
+            common = per_form[0]
+            for other in per_form[1:]:
+                common &= other
+            counts += common
+        elif not _is_identity(node):
+            counts[(node.domain, node.op)] += 1
+    return counts
+
+
+def _is_identity(node: TNode) -> bool:
+    return node.op == "Identity" and node.domain == "" and not node.attrs
+
+
+def _fragment(call: TNode, fragments: dict[str, Fragment], where: str) -> Fragment:
+    if call.op not in fragments:
+        known = ", ".join(sorted(fragments)) or "none"
+        raise PatternError(f"{where}: unknown fragment alt.{call.op} (fragments in this file: {known})")
+    return fragments[call.op]
 
 
 def expand(template: TemplateGraph, fragments: dict[str, Fragment], where: str) -> list[tuple[str, TemplateGraph]]:
@@ -54,11 +103,7 @@ def expand(template: TemplateGraph, fragments: dict[str, Fragment], where: str) 
 
 def _expand_once(t: TemplateGraph, fragments: dict[str, Fragment], where: str, prefix: str):
     calls = [n for n in t.nodes if n.is_fragment_call]
-    for call in calls:
-        if call.op not in fragments:
-            known = ", ".join(sorted(fragments)) or "none"
-            raise PatternError(f"{where}: unknown fragment alt.{call.op} (fragments in this file: {known})")
-    choices = [list(enumerate(fragments[c.op].forms)) for c in calls]
+    choices = [list(enumerate(_fragment(c, fragments, where).forms)) for c in calls]
     for combo in itertools.product(*choices):
         label = prefix + "".join(f",{c.label}={i}" for c, (i, _) in zip(calls, combo, strict=True))
         variant = _inline_all(t, list(zip(calls, (form for _, form in combo), strict=True)), where)
@@ -110,7 +155,7 @@ def _remove_identities(t: TemplateGraph) -> TemplateGraph | None:
     alias: dict[str, str] = {}
     kept = []
     for node in t.nodes:
-        if node.op == "Identity" and node.domain == "" and not node.attrs:
+        if _is_identity(node):
             alias[node.outputs[0]] = node.inputs[0]
         else:
             kept.append(node)

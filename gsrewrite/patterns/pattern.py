@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gsrewrite.errors import PatternError
-from gsrewrite.patterns.fragments import Fragment, expand
+from gsrewrite.patterns.fragments import Fragment, check_calls, expand, required_ops
 from gsrewrite.patterns.template import Capture, TemplateGraph, parse_template
 
 if sys.version_info >= (3, 11):
@@ -48,13 +49,18 @@ class Variant:
 
 @dataclass
 class Pattern:
-    """A rewrite rule: match variants, one replacement, and the named Python it relies on."""
+    """A rewrite rule: match variants, one replacement, and the named Python it relies on.
+
+    ``match`` may call fragments; its concrete :attr:`variants` are expanded on first use (most patterns
+    never are in a given model: :attr:`required_ops` rules them out first).
+    """
 
     name: str
     family: str
     description: str
     replacements: dict[str, TemplateGraph]
-    variants: list[Variant]
+    match: TemplateGraph
+    fragments: dict[str, Fragment] = field(default_factory=dict)
     opset: tuple[int, int] = (1, 10_000)
     priority: int | None = None
     constants: frozenset[str] = frozenset()
@@ -65,10 +71,31 @@ class Pattern:
     source: str = ""
     match_text: str = ""
     replace_texts: dict[str, str] = field(default_factory=dict)
+    #: expansions shared by the patterns of one file (``base`` patterns repeat a match text)
+    _expansions: dict[str, list[Variant]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def targets(self) -> list[str]:
         return list(self.replacements)
+
+    @functools.cached_property
+    def variants(self) -> list[Variant]:
+        """The concrete match templates, one per combination of fragment forms (PatternError if none)."""
+        key = self.match_text or str(id(self.match))
+        variants = self._expansions.get(key)
+        if variants is None:
+            here = f"{self.source}: pattern {self.name!r} (match)"
+            variants = [Variant(label, t, dict(zip(self.match.outputs, t.outputs, strict=True)))
+                        for label, t in expand(self.match, self.fragments, here)]
+            if not variants:
+                raise PatternError(f"{here}: every combination of fragment forms is degenerate")
+            self._expansions[key] = variants
+        return variants
+
+    @functools.cached_property
+    def required_ops(self) -> Counter:
+        """(domain, op) counts every variant has: a graph with fewer cannot match (no expansion needed)."""
+        return required_ops(self.match, self.fragments)
 
     def variant_priority(self, variant: Variant) -> int:
         """Explicit priority if set, else the variant's node count: larger matches go first."""
@@ -122,7 +149,8 @@ def parse_pattern_data(data: dict[str, Any], where: str) -> list[Pattern]:
     entries = data.get("pattern", [])
     if not isinstance(entries, list) or not entries:
         raise PatternError(f"{where}: needs at least one [[pattern]] table")
-    patterns = [_pattern(entry, family, fragments, where) for entry in _with_bases(entries, where)]
+    expansions: dict[str, list[Variant]] = {}
+    patterns = [_pattern(entry, family, fragments, where, expansions) for entry in _with_bases(entries, where)]
     names = [p.name for p in patterns]
     for name in names:
         if names.count(name) > 1:
@@ -160,7 +188,8 @@ def _fragments(entries: Any, where: str) -> dict[str, Fragment]:
     return fragments
 
 
-def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment], where: str) -> Pattern:
+def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment], where: str,
+             expansions: dict[str, list[Variant]]) -> Pattern:
     name = _require_str(entry, "name", f"{where}: pattern")
     here = f"{where}: pattern {name!r}"
     _no_unknown_keys(entry, _PATTERN_KEYS, here)
@@ -168,13 +197,11 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
     replace_texts = _replace_texts(entry, here)
     match = parse_template(match_text, f"{here} (match)")
     replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
-    variants = [Variant(label, t, dict(zip(match.outputs, t.outputs, strict=True)))
-                for label, t in expand(match, fragments, f"{here} (match)")]
-    if not variants:
-        raise PatternError(f"{here}: every combination of fragment forms is degenerate")
+    check_calls(match, fragments, f"{here} (match)")
     pattern = Pattern(
         name=name, family=family, description=str(entry.get("description", "")).strip(),
-        replacements=replacements, variants=variants, opset=_opset_range(entry.get("opset"), here),
+        replacements=replacements, match=match, fragments=fragments, _expansions=expansions,
+        opset=_opset_range(entry.get("opset"), here),
         priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
         optional=frozenset(_str_list(entry, "optional", here)),
         checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
@@ -214,9 +241,8 @@ def _check_interfaces(p: Pattern, match: TemplateGraph, r: TemplateGraph, here: 
     for name in p.constants | p.optional:
         if name not in match.inputs:
             raise PatternError(f"{here}: 'constants'/'optional' names {name!r}, which is not a match input")
-    captures = {v.name for n in match.nodes for v in n.attrs.values() if isinstance(v, Capture)}
-    for variant in p.variants:
-        captures |= {v.name for n in variant.template.nodes for v in n.attrs.values() if isinstance(v, Capture)}
+    templates = [match, *(form for fragment in p.fragments.values() for form in fragment.forms)]
+    captures = {v.name for t in templates for n in t.nodes for v in n.attrs.values() if isinstance(v, Capture)}
     refs = {v.name for n in r.nodes for v in n.attrs.values() if isinstance(v, Capture)}
     for ref in sorted(refs - captures - set(match.inputs) - set(p.compute)):
         raise PatternError(f"{here}: replace refers to @{ref}, which the match does not capture")

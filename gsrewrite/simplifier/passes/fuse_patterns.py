@@ -30,8 +30,8 @@ class PatternPass(SimplifyPass):
 
     def run(self, graph: gs.Graph) -> PassReport:
         rewrite = self._engine()
-        present = {n.op for n in graph.nodes}
-        if not any(_ops(v) <= present for p in rewrite.patterns for v in p.variants):
+        present = {(n.domain or "", n.op) for n in graph.nodes}
+        if not any(set(p.required_ops) <= present for p in rewrite.patterns):
             return PassReport(graph, False, 0)  # some op of every template is missing: nothing can match
         result = rewrite.run(graph)
         changes = sum(result.counts.values())
@@ -44,10 +44,6 @@ class PatternPass(SimplifyPass):
             checks, computes = self._functions()
             self._rewrite = RewritePass(_patterns(str(self.pattern_file)), dict(checks), dict(computes), "onnx")
         return self._rewrite
-
-
-def _ops(variant: Any) -> set[str]:
-    return {node.op for node in variant.template.nodes}
 
 
 @functools.lru_cache(maxsize=32)
