@@ -9,6 +9,10 @@ produce it may read only constants, that one 2-D integer/bool graph input, and t
 the check then runs those nodes in onnxruntime on masks with holes in different places and requires the
 padding rule exactly: 0 where the mask is 1, one fixed very negative value where it is 0, the same for every
 query row and head.
+
+Causal decoders (GPT-2) combine the padding bias with the causal one (key j masked for query i < j). The
+``causal_*`` check proves exactly that combination (for an [.., S, S] bias); the replacement is then a
+unidirectional Attention with the raw mask as ``mask_index``.
 """
 
 from __future__ import annotations
@@ -33,51 +37,67 @@ class PaddingBias:
     filter_value: float
 
 
-#: id(bias tensor) -> (bias tensor, PaddingBias or the reason it is not one); the check runs once per tensor
-_ANALYSED: dict[int, tuple[gs.Tensor, PaddingBias | str]] = {}
+#: (id(bias tensor), causal) -> (bias tensor, PaddingBias or the reason it is not one): each check runs once
+_ANALYSED: dict[tuple[int, bool], tuple[gs.Tensor, PaddingBias | str]] = {}
 
 
 def padding_mask_bias(match: Match) -> str | None:
     """The bound ``bias`` is an additive padding bias computed from one 2-D mask input (proven by running it)."""
-    result = _analysis(match)
+    result = _analysis(match, causal=False)
     return result if isinstance(result, str) else None
 
 
 def padding_mask_input(match: Match) -> gs.Variable:
     """The raw [batch, sequence] mask input the bias was computed from."""
-    return _proven(match).mask
+    return _proven(match, causal=False).mask
 
 
 def padding_mask_filter(match: Match) -> float:
     """The value the bias gives masked positions (onnxruntime's ``mask_filter_value``)."""
-    return _proven(match).filter_value
+    return _proven(match, causal=False).filter_value
 
 
-def _proven(match: Match) -> PaddingBias:
-    result = _analysis(match)
+def causal_mask_bias(match: Match) -> str | None:
+    """The bound ``bias`` masks exactly the padded keys (of one 2-D mask input) and the future ones."""
+    result = _analysis(match, causal=True)
+    return result if isinstance(result, str) else None
+
+
+def causal_mask_input(match: Match) -> gs.Variable:
+    """The raw [batch, sequence] mask input of a proven causal + padding bias."""
+    return _proven(match, causal=True).mask
+
+
+def causal_mask_filter(match: Match) -> float:
+    """The value a proven causal + padding bias gives masked positions."""
+    return _proven(match, causal=True).filter_value
+
+
+def _proven(match: Match, causal: bool) -> PaddingBias:
+    result = _analysis(match, causal)
     if isinstance(result, str):
         raise CheckFailed(result)
     return result
 
 
-def _analysis(match: Match) -> PaddingBias | str:
+def _analysis(match: Match, causal: bool) -> PaddingBias | str:
     bias = match.tensor("bias")
     if bias is None:
         return "no additive bias"
-    cached = _ANALYSED.get(id(bias))
+    cached = _ANALYSED.get((id(bias), causal))
     if cached is not None and cached[0] is bias:
         return cached[1]
     if len(_ANALYSED) > 256:
         _ANALYSED.clear()
     try:
-        result: PaddingBias | str = _analyse(match, bias)
+        result: PaddingBias | str = _analyse(match, bias, causal)
     except NotProven as exc:
         result = str(exc)
-    _ANALYSED[id(bias)] = (bias, result)
+    _ANALYSED[(id(bias), causal)] = (bias, result)
     return result
 
 
-def _analyse(match: Match, bias: gs.Tensor) -> PaddingBias:
+def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
     found = computation(match.graph, bias, "the bias")
     value_inputs, shape_inputs = found.value_inputs, found.shape_inputs
     if len(value_inputs) != 1:
@@ -93,7 +113,7 @@ def _analyse(match: Match, bias: gs.Tensor) -> PaddingBias:
     filter_value: float | None = None
     for feeds in feeds_per_case:
         value = run(model, feeds, "the bias computation")
-        filter_value = _check_padding(value, feeds[mask.name], filter_value)
+        filter_value = _check_padding(value, feeds[mask.name], filter_value, causal)
     assert filter_value is not None
     return PaddingBias(mask, filter_value)
 
@@ -122,8 +142,9 @@ def _feeds(mask: gs.Variable, shape_inputs: list[gs.Variable], dims: tuple[int, 
     return feeds
 
 
-def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | None) -> float:
-    """The masked value, when ``value`` is exactly the padding bias of ``mask`` (else NotProven)."""
+def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | None, causal: bool = False) -> float:
+    """The masked value, when ``value`` is exactly the padding bias of ``mask`` (with ``causal``: combined with
+    the causal bias, key j masked for query i < j) (else NotProven)."""
     if value.dtype.kind != "f" or value.ndim > 4 or value.ndim < 1:
         raise NotProven(f"the bias has dtype {value.dtype} and rank {value.ndim}, not a float score bias")
     batch, sequence = mask.shape
@@ -131,9 +152,15 @@ def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | No
     if full.shape[-1] != sequence or full.shape[0] not in (1, batch):
         raise NotProven(f"the bias has shape {list(value.shape)}, not [batch, ., ., {sequence}]")
     full = np.broadcast_to(full, (batch, *full.shape[1:]))
-    keep = np.broadcast_to(mask.astype(bool)[:, None, None, :], full.shape)
+    keep = mask.astype(bool)[:, None, None, :]
+    if causal:
+        if full.shape[-2] != sequence:
+            raise NotProven(f"the bias has shape {list(value.shape)}, not [batch, ., {sequence}, {sequence}]")
+        keep = keep & np.tril(np.ones((sequence, sequence), dtype=bool))[None, None]
+    keep = np.broadcast_to(keep, full.shape)
     if np.any(full[keep] != 0):
-        raise NotProven("the bias is not 0 where the mask is 1")
+        rule = "the mask is 1 and the key is not in the future" if causal else "the mask is 1"
+        raise NotProven(f"the bias is not 0 where {rule}")
     masked = full[~keep]
     if masked.size == 0:
         return filter_value if filter_value is not None else MAX_FILTER_VALUE
@@ -145,6 +172,7 @@ def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | No
     return found
 
 
-CHECKS = {"padding_mask_bias": padding_mask_bias}
-COMPUTATIONS = {"padding_mask_input": padding_mask_input, "padding_mask_filter": padding_mask_filter}
+CHECKS = {"padding_mask_bias": padding_mask_bias, "causal_mask_bias": causal_mask_bias}
+COMPUTATIONS = {"padding_mask_input": padding_mask_input, "padding_mask_filter": padding_mask_filter,
+                "causal_mask_input": causal_mask_input, "causal_mask_filter": causal_mask_filter}
 

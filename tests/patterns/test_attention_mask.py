@@ -31,7 +31,8 @@ def _model(bias_nodes: str, extra_inputs: str = "", attention: str = ATTENTION) 
         "lowest": np.array(np.finfo(np.float32).min, np.float32), "zero": np.array(0.0, np.float32),
         "zero_i": np.array(0, np.int64), "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
         "ax12": np.array([1, 2], np.int64), "minus_one": np.array(-1.0, np.float32),
-        "zero_1": np.array([0], np.int64), "causal": np.triu(np.full((5, 5), -10000.0, np.float32), 1),
+        "zero_1": np.array([0], np.int64), "one_i": np.array(1, np.int64),
+        "causal": np.triu(np.full((5, 5), -10000.0, np.float32), 1),
     })
 
 
@@ -123,3 +124,39 @@ def test_two_attentions_share_one_cast_of_the_mask() -> None:
     assert len(casts) == 1
     readers = [n for n in result.model.graph.node if n.op_type == "Attention" and n.input[3] == casts[0].output[0]]
     assert len(readers) == 2
+
+
+# GPT-2 (HF, legacy exporter): key <= query grid And the padding mask, Where(keep, 0, lowest)
+CAUSAL = """
+      sh = Shape (mask)
+      n = Gather <axis = 0> (sh, one_i)
+      r = Range (zero_i, n, one_i)
+      rq = Unsqueeze (r, ax1)
+      rk = Unsqueeze (r, zero_1)
+      grid = LessOrEqual (rk, rq)
+      pm = Cast <to = 9> (mask)
+      p4 = Unsqueeze (pm, ax12)
+      keep = And (grid, p4)
+      bias = Where (keep, zero, lowest)
+"""
+BOTH = ["attention-mask-index", "attention-causal-mask-index"]
+
+
+def test_causal_padding_bias_becomes_unidirectional_mask_index() -> None:
+    rng = np.random.default_rng(2)
+    inputs = {"x": rng.standard_normal((2, 6, D)).astype(np.float32),
+              "mask": np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], np.int64)}
+    result = assert_rewrite(_model(CAUSAL), BOTH, {"attention-causal-mask-index": 1}, inputs=inputs, atol=1e-5,
+                            produces={"com.microsoft.Attention": 1, "Cast": 1}, absent=["Where", "And", "Range"])
+    attention = next(n for n in result.model.graph.node if n.op_type == "Attention")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in attention.attribute}
+    assert attrs["unidirectional"] == 1 and attrs["num_heads"] == HEADS
+    assert attrs["mask_filter_value"] == pytest.approx(float(np.finfo(np.float32).min))
+    assert len(attention.input) == 4 and attention.input[3]
+
+
+def test_future_keys_kept_is_not_causal() -> None:
+    # key >= query: the mirror image of a causal mask
+    model = _model(CAUSAL.replace("grid = LessOrEqual (rk, rq)", "grid = LessOrEqual (rq, rk)"))
+    result = assert_no_rewrite(model, BOTH)
+    assert "future" in result.near_misses["attention-causal-mask-index"].reason
