@@ -18,12 +18,14 @@ def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
         attention,
         attention_mask,
         embeddings,
+        grouped_attention,
         pattern_checks,
         pattern_computations,
         rotary,
     )
 
-    for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings, rotary):
+    for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings,
+                   grouped_attention, rotary):
         for name, check in getattr(module, "CHECKS", {}).items():
             registry.add_check(name, check)
         for name, compute in getattr(module, "COMPUTATIONS", {}).items():

@@ -1,0 +1,106 @@
+"""Checks and computations of ``gqa``: attention whose K/V heads are repeated for groups of Q heads.
+
+transformers' ``repeat_kv`` turns K and V of [B, Hkv, L, dh] into [B, H, L, dh] with Unsqueeze (a size-1 axis
+after the heads), Expand (to [B, Hkv, rep, L, dh]) and Reshape (merging Hkv and rep): Q head h then reads KV
+head h // rep, which is what GroupQueryAttention (and ONNX Attention-23 with fewer KV heads) computes from
+the un-repeated K and V. The shape targets of Expand and Reshape are computed at run time in dynamic exports,
+so :func:`repeated_kv` proves the repetition from the inferred shapes of every step instead of their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite_builtins.attention import _q_heads
+
+Dim = int | str | None
+
+
+#: labels of the repeat_kv nodes (Unsqueeze, Expand, Reshape) of K (inside the RepeatedKeyT fragment) and V
+_STEPS = {"K": ("k/unsqueeze", "k/expand", "k/repeat"), "V": ("v_unsqueeze", "v_expand", "v_repeat")}
+
+
+def repeated_kv(match: Match) -> str | None:
+    """K and V are repeated per KV head (not tiled), the same number of times, for Q of known heads."""
+    q = match.shape("q4")
+    heads = _q_heads(match)
+    if q is None or len(q) != 4 or heads is None:
+        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count"
+    groups = []
+    for name in _STEPS:
+        found = _repetition(match, name, heads[0])
+        if isinstance(found, str):
+            return found
+        groups.append(found)
+    (k_heads, k_rep, k_len, k_size), (v_heads, v_rep, v_len, v_size) = groups
+    if (k_heads, k_rep) != (v_heads, v_rep):
+        return f"K is repeated {k_heads}x{k_rep}, V {v_heads}x{v_rep}"
+    if _differ(q[2], k_len) or _differ(k_len, v_len):
+        return f"Q {q} and K/V of length {k_len}/{v_len}: not self-attention over one sequence"
+    if k_heads * k_rep != heads[0] or heads[1] != k_size or _differ(k_size, v_size):
+        return f"{heads[0]} Q heads of size {heads[1]} do not match {k_heads}x{k_rep} KV heads of size {k_size}"
+    return _bias_shape(match, q)
+
+
+def repeated_kv_heads(match: Match) -> int:
+    """The number of KV heads before the repetition (GroupQueryAttention's ``kv_num_heads``)."""
+    heads = _q_heads(match)
+    found = _repetition(match, "K", heads[0] if heads else None)
+    if isinstance(found, str):
+        raise CheckFailed(found)
+    return found[0]
+
+
+def _repetition(match: Match, name: str, q_heads: int | None) -> tuple[int, int, Dim, Dim] | str:
+    """(KV heads, repeats, length, head size) of the repeat_kv of K or V, from the inferred shapes: a size-1
+    axis after the heads, broadcast (only it), then the leading axes merged back (4-D, or SDPA's 3-D)."""
+    nodes = [match.node(label) for label in _STEPS[name]]
+    if any(n is None for n in nodes):
+        return f"{name} is not repeated"
+    unsqueeze, expand, reshape = nodes
+    before, unsqueezed = unsqueeze.inputs[0].shape, unsqueeze.outputs[0].shape
+    expanded, repeated = expand.outputs[0].shape, reshape.outputs[0].shape
+    if before is None or unsqueezed is None or expanded is None or repeated is None:
+        return f"{name}'s repetition has unknown shapes"
+    if len(before) != 4 or len(unsqueezed) != 5 or len(expanded) != 5 or len(repeated) not in (3, 4):
+        return f"{name} goes {before} -> {unsqueezed} -> {expanded} -> {repeated}: not a repeat of heads"
+    batch, heads, length, size = before
+    if unsqueezed[2] != 1 or any(_differ(a, b) for a, b in zip(unsqueezed[:2] + unsqueezed[3:], before, strict=True)):
+        return f"{name} is unsqueezed to {unsqueezed}, not after its heads axis"
+    if any(_differ(a, b) for a, b in zip(expanded[:2] + expanded[3:], before, strict=True)):
+        return f"{name} is expanded to {expanded}: more than the repeat axis changes"
+    if not _same(repeated[-1], size) or not _same(repeated[-2], length) \
+            or (len(repeated) == 4 and not _same(repeated[0], batch)):
+        return f"{name} is reshaped to {repeated}: not its leading axes merged"
+    reps = expanded[2]
+    if not isinstance(reps, int) and isinstance(heads, int) and q_heads and heads > 0 and q_heads % heads == 0:
+        reps = q_heads // heads
+    if not isinstance(heads, int) or not isinstance(reps, int) or heads <= 0 or reps <= 0:
+        return f"{name}'s head count {heads} or repeat count {reps} is not known"
+    return heads, reps, length, size
+
+
+def _bias_shape(match: Match, q: list[Dim]) -> str | None:
+    """GroupQueryAttention takes a bias of [B or 1, H or 1, S, L]: no broadcast over the query rows."""
+    if match.tensor("mask") is None:
+        return None
+    bias = match.shape("mask")
+    if bias is None or len(bias) != 4 or bias[2] == 1 or _differ(bias[2], q[2]) or _differ(bias[3], q[2]):
+        return f"the mask has shape {bias}, not [batch or 1, heads or 1, {q[2]}, {q[2]}]"
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal known dims (the same number or the same symbol)."""
+    return a is not None and a == b
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Dims that are certainly different (two different numbers); symbols and unknowns may be equal."""
+    return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv}
+COMPUTATIONS: dict[str, Callable[[Match], Any]] = {"repeated_kv_heads": repeated_kv_heads}
