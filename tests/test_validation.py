@@ -279,6 +279,17 @@ def test_gather_indices_stay_within_the_table_and_run():
     assert report.inputs["ids"]["values"] == "uniform integers in [0, 100)"
 
 
+def test_attention_masks_keep_the_first_position_of_every_row():
+    # a row with every key masked has no defined attention: generated masks never have one
+    model = embedding_model(rows=100)
+    plans = {p.name: p for p in plan_inputs(model, model_inputs(model), {"batch": 8, "seq": 16})}
+    assert plans["mask"].mask and not plans["ids"].mask
+    for seed in range(3):
+        mask = generate_inputs(list(plans.values()), seed)["mask"]
+        assert mask.shape == (8, 16) and np.all(mask[:, 0] == 1)
+        assert 0 < mask[:, 1:].sum() < mask[:, 1:].size  # holes elsewhere
+
+
 def test_out_of_range_indices_make_onnxruntime_fail():
     model = embedding_model(rows=100)
     feed = {"ids": np.array([[100]], dtype=np.int32), "mask": np.ones((1, 1), dtype=np.int64)}

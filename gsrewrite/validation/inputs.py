@@ -6,7 +6,9 @@ input order:
 * floats: standard normal N(0, 1), cast to the input dtype;
 * integers that reach a ``Gather``'s indices (see :mod:`gsrewrite.validation.index_bounds`): uniform in
   ``[0, rows)`` of the gathered table;
-* other integers (masks, token types, flags): uniform in ``[0, 2)``;
+* other integers (masks, token types, flags): uniform in ``[0, 2)``; in a 2-D integer input named like a
+  mask (``attention_mask``), the first position of every row is 1: a row with no visible key (every score
+  masked) has no defined attention, and kernels legitimately differ there (uniform weights, zeros, NaN);
 * bools: True or False with probability 1/2.
 """
 
@@ -37,6 +39,8 @@ class InputPlan:
     dtype: np.dtype
     low: int | None = None
     high: int | None = None
+    #: an attention mask: every row keeps its first position (see the module doc)
+    mask: bool = False
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """One random array following the plan."""
@@ -44,14 +48,19 @@ class InputPlan:
         if kind == "b":  # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime refuses
             return np.asarray(rng.random(self.shape) < 0.5)
         if kind in "iu":
-            return np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
-                                           dtype=self.dtype))
+            values = np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
+                                             dtype=self.dtype))
+            if self.mask and values.ndim == 2 and values.shape[1] > 0:
+                values[:, 0] = 1
+            return values
         return np.asarray(rng.standard_normal(self.shape), dtype=self.dtype)
 
     def describe(self) -> dict[str, Any]:
         """Shape, dtype, source and value range, for the report."""
         if self.dtype.kind in "iu":
             values: str = f"uniform integers in [{self.low}, {self.high})"
+            if self.mask:
+                values += ", first position of every row 1"
         elif self.dtype.kind == "b":
             values = "random bools"
         else:
@@ -75,7 +84,8 @@ def plan_inputs(
             )
         if dtype.kind in "iu":
             high = min(bounds.get(spec.name, DEFAULT_INT_HIGH), int(np.iinfo(dtype).max) + 1)
-            plans.append(InputPlan(spec.name, shapes[spec.name], dtype, 0, high))
+            is_mask = spec.name not in bounds and "mask" in spec.name.lower() and len(shapes[spec.name]) == 2
+            plans.append(InputPlan(spec.name, shapes[spec.name], dtype, 0, high, mask=is_mask))
         else:
             plans.append(InputPlan(spec.name, shapes[spec.name], dtype))
     return plans
