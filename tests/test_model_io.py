@@ -179,6 +179,18 @@ def test_failed_write_leaves_target_untouched_and_no_temp_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
+def test_only_a_replaced_file_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # durability where old content is at stake; a new file costs no disk flush
+    synced: list[int] = []
+    real_fsync = saving.os.fsync
+    monkeypatch.setattr(saving.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    target = tmp_path / "m.onnx"
+    save_model(_rich_model(), target)
+    assert synced == [] and onnx.load(target).graph.node
+    save_model(_rich_model(), target)
+    assert len(synced) == 2  # the new content, then the folder holding the rename
+
+
 def test_failure_while_writing_external_data_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

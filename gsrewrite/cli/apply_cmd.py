@@ -71,7 +71,7 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
     names = list(patterns) or ([] if files else ["all"])
     with console().status("rewriting...", spinner="dots"):
         result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
-                           explain=explain, opset=opset, validation_options=validation)
+                           explain=explain, opset=opset, validation_options=validation, source_path=model)
     return result, stored_size(model, original)
 
 

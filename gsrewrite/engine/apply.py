@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import onnx
@@ -83,6 +84,7 @@ def apply(
     registry: PatternRegistry | None = None,
     validation_options: dict[str, Any] | None = None,
     reference: onnx.ModelProto | None = None,
+    source_path: str | os.PathLike | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
@@ -90,13 +92,17 @@ def apply(
     selected). ``opset`` first converts the model to that opset. With ``validate`` (default) the result is
     compared with the original in onnxruntime (or with ``reference``, the model ``model`` was derived from);
     ``validation_options`` go to ``gsrewrite.validate``. If nothing can be made to agree, the result is the
-    reference itself.
+    reference itself. ``source_path`` names the file the original (or ``reference``) was read from, unchanged:
+    validation then lets onnxruntime read that file instead of a re-serialized copy (a path ``model`` is its
+    own source).
     """
     start = time.perf_counter()
     check_target(target)
     original = _as_model(model)
+    if source_path is None and reference is None and isinstance(model, (str, os.PathLike)):
+        source_path = model
     registry, selected = _select(registry, patterns, pattern_files)
-    pending = _start_validator(reference or original, validation_options) if validate else None
+    pending = _start_validator(reference or original, validation_options, source_path) if validate else None
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
@@ -184,12 +190,15 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
     return result
 
 
-def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None) -> Any:
+def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
+                     source_path: str | os.PathLike | None = None) -> Any:
     """The reference's validator, prepared on a worker thread while the rewrite runs (it runs once, however
-    many candidates bisection compares with it)."""
+    many candidates bisection compares with it); onnxruntime reads ``source_path`` when given."""
     from gsrewrite.validation.background import BackgroundValidator
+    from gsrewrite.validation.runner import ModelSource
 
-    return BackgroundValidator(reference, **(options or {}))
+    original = ModelSource("original", reference, Path(source_path)) if source_path is not None else reference
+    return BackgroundValidator(original, **(options or {}))
 
 
 def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,

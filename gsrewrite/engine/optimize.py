@@ -8,6 +8,7 @@ still disagrees the original is returned.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,13 +32,19 @@ def optimize(
     validation_options: dict[str, Any] | None = None,
     simplify_options: dict[str, Any] | None = None,
     registry: PatternRegistry | None = None,
+    source_path: str | os.PathLike | None = None,
 ) -> RewriteResult:
-    """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target``."""
+    """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target``.
+
+    ``source_path``: the file ``model`` was read from, unchanged (see :func:`gsrewrite.engine.apply`).
+    """
     original = _as_model(model)
+    if source_path is None and isinstance(model, (str, os.PathLike)):
+        source_path = model
     working = _simplified(original, simplify_options or {}) if simplify else original
     return apply(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
                  registry=registry, validation_options=validation_options,
-                 reference=original if working is not original else None)
+                 reference=original if working is not original else None, source_path=source_path)
 
 
 def _simplified(model: onnx.ModelProto, options: dict[str, Any]) -> onnx.ModelProto:

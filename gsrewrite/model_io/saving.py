@@ -1,7 +1,9 @@
 """Atomic, non-destructive saving of models, with external data when needed.
 
 Guarantees of :func:`save_model`: the target is replaced in one ``os.replace`` after the new content is
-fully written and fsynced (a failure leaves the old file untouched and no temp file behind); the input
+fully written (a failure leaves the old file untouched and no temp file behind; when a file is replaced,
+its new content is fsynced first, so that a crash cannot leave it empty either — a new file is not: a crash
+can lose only what did not exist before); the input
 model is never overwritten unless asked; the IR version is lowered to what the installed onnxruntime reads;
 everything else in the model (opsets, metadata, functions, value_info, doc strings, producer) is kept.
 """
@@ -64,14 +66,16 @@ def save_model(
     target folder does not exist, or when writing fails.
     """
     target = check_output_path(path, input_path=input_path, in_place=in_place)
-    out = ModelProto()
-    out.CopyFrom(model)
-    inline_bytes = _inline_tensor_bytes(out)
-    if out.ir_version:
-        out.ir_version = clamp_ir_version(out.ir_version)
-    too_big = _over_limit(out, inline_bytes, PROTOBUF_LIMIT)
-    external = needs_external_data(serialized_size(out) if too_big else 0, external_data)
+    inline_bytes = _inline_tensor_bytes(model)
+    too_big = _over_limit(model, inline_bytes, PROTOBUF_LIMIT)
+    external = needs_external_data(serialized_size(model) if too_big else 0, external_data)
     data_path = _data_path(target, location, input_path, in_place) if external else None
+    ir_version = clamp_ir_version(model.ir_version) if model.ir_version else model.ir_version
+    out = model
+    if data_path is not None or ir_version != model.ir_version:  # changed below: work on a copy
+        out = ModelProto()
+        out.CopyFrom(model)
+        out.ir_version = ir_version
     try:
         with _atomic_files() as create:
             written = 0
@@ -232,7 +236,8 @@ def _serialized(model: ModelProto, target: str) -> bytes:
 
 @contextmanager
 def _atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
-    """Hand out temp files next to their targets; on success fsync and rename all, on failure delete all."""
+    """Hand out temp files next to their targets; on success rename all (fsyncing those that replace an existing
+    file first), on failure delete all."""
     pending: list[tuple[str, str, BinaryIO]] = []
 
     def create(target: str) -> BinaryIO:
@@ -244,14 +249,16 @@ def _atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
 
     try:
         yield create
-        for _, _, f in pending:
+        replacing = {target for _, target, _ in pending if os.path.exists(target)}
+        for _, target, f in pending:
             f.flush()
-            os.fsync(f.fileno())
+            if target in replacing:
+                os.fsync(f.fileno())
             f.close()
         for tmp, target, _ in pending:
             _copy_mode(target, tmp)
             os.replace(tmp, target)
-        for folder in {os.path.dirname(target) for _, target, _ in pending}:
+        for folder in {os.path.dirname(target) for target in replacing}:
             _fsync_dir(folder)
     finally:
         for tmp, _, f in pending:

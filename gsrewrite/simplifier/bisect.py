@@ -46,7 +46,8 @@ class Checker:
     waits for it.
     """
 
-    def __init__(self, original: onnx.ModelProto, options: dict[str, Any]) -> None:
+    def __init__(self, original: Any, options: dict[str, Any]) -> None:
+        """``original``: a ModelProto, or a :class:`~gsrewrite.validation.runner.ModelSource` (e.g. its file)."""
         from gsrewrite.validation.background import BackgroundValidator
 
         self._pending = BackgroundValidator(original, **options)

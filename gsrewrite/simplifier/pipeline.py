@@ -62,7 +62,8 @@ def simplify(
     run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata)
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
-    checker = Checker(run.original, _validation_options(validation_options, input_shapes)) if validate else None
+    checker = Checker(_reference(model, run.original), _validation_options(validation_options, input_shapes)) \
+        if validate else None
     out, counts, rounds = run(passes)
     result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
                             run.original, rounds)
@@ -106,6 +107,18 @@ def _as_model(model: ModelArg) -> onnx.ModelProto:
     from gsrewrite.model_io import load_model
 
     return load_model(model)
+
+
+def _reference(model: ModelArg, original: onnx.ModelProto) -> Any:
+    """What validation compares with: for a model read from a file, that file (onnxruntime reads it itself:
+    no re-serialized copy)."""
+    if isinstance(model, (str, os.PathLike)):
+        from pathlib import Path
+
+        from gsrewrite.validation.runner import ModelSource
+
+        return ModelSource("original", original, Path(model))
+    return original
 
 
 def _configured(passes: list[GraphPass], max_fold_bytes: int) -> list[GraphPass]:
