@@ -3,6 +3,12 @@
 The graph holds cos/sin as tables broadcast over [batch, heads, sequence, head_size] with both halves equal
 (the rotate-half convention); onnxruntime's RotaryEmbedding takes half-width caches [sequence, head_size/2]
 and the start position (0).
+
+Exports with a dynamic sequence compute the tables at run time (``cos(cat(freqs, freqs))`` of the positions).
+``rotary-dynamic`` keeps that computation and hands RotaryEmbedding the first half of each table row by
+row: row i of the table is what the model applies at position i, which is what the op reads for position
+0 + i. :func:`rotate_half_dynamic` proves the halves equal by running the table's computation
+(:mod:`gsrewrite_builtins.producers`) for two sequence lengths.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite_builtins.producers import NotProven, computation, run, stand_in, submodel
+
+#: Sequence lengths a run-time table is computed for when proving its halves equal.
+_TEST_LENGTHS = (5, 3)
 
 
 def rotate_half(match: Match) -> str | None:
@@ -77,9 +87,72 @@ def _half_table(match: Match, name: str) -> np.ndarray:
     return np.ascontiguousarray(table[:, : table.shape[1] // 2])
 
 
-CHECKS: dict[str, Callable[[Match], str | None]] = {"rotate_half": rotate_half}
+def rotate_half_dynamic(match: Match) -> str | None:
+    """Rotate-half slices of x [batch, heads, sequence, head_size] (static heads and head size); cos/sin are
+    run-time tables [1, .., sequence, head_size] whose halves are equal (proven by running them)."""
+    shape = match.shape("x")
+    if shape is None or len(shape) != 4 or not isinstance(shape[1], int) or not isinstance(shape[3], int):
+        return f"x has shape {shape}, not [batch, heads, sequence, head_size] with static heads and head size"
+    size = shape[3]
+    first, second = _slice(match, "1", size), _slice(match, "2", size)
+    if size % 2 or first != (0, size // 2) or second != (size // 2, size):
+        return f"the slices take {first} and {second} of the last axis, not the two halves"
+    for name in ("cos", "sin"):
+        table = match.shape(name)
+        if table is None or len(table) < 2 or any(d != 1 for d in table[:-2]) or table[-1] != size \
+                or (isinstance(table[-2], int) and isinstance(shape[2], int) and table[-2] != shape[2]):
+            return f"{name} has shape {table}, not [1, .., sequence, {size}]"
+        try:
+            _prove_equal_halves(match, name)
+        except NotProven as exc:
+            return str(exc)
+    return None
+
+
+def _prove_equal_halves(match: Match, name: str) -> None:
+    import onnx_graphsurgeon as gs
+
+    tensor = match.tensor(name)
+    assert tensor is not None
+    if isinstance(tensor, gs.Constant):  # a constant table (one the rotary pattern did not take)
+        value = np.asarray(tensor.values)
+        half = value.shape[-1] // 2
+        if not np.array_equal(value[..., :half], value[..., half:]):
+            raise NotProven(f"the {name} table does not have equal halves")
+        return
+    found = computation(match.graph, tensor, f"the {name} table")
+    if found.value_inputs:
+        raise NotProven(f"the {name} table depends on the values of '{found.value_inputs[0].name}'")
+    model = submodel(match.opset, found.nodes, found.shape_inputs, tensor)
+    x = match.shape("x") or []
+    sequence = x[2] if len(x) > 2 else None
+    for length in (sequence,) if isinstance(sequence, int) else _TEST_LENGTHS:
+        sizes = {sequence: length} if isinstance(sequence, str) else {}
+        feeds = {t.name: stand_in(t, sizes, (2, length)) for t in found.shape_inputs}
+        value = run(model, feeds, f"the {name} table")
+        half = value.shape[-1] // 2 if value.ndim else 0
+        if value.ndim < 2 or value.shape[-2] != length or not np.array_equal(value[..., :half], value[..., half:]):
+            raise NotProven(f"the {name} table (shape {list(value.shape)} for {length} positions) does not "
+                            "have one row per position with equal halves")
+
+
+def rotary_flat_table(match: Match) -> np.ndarray:
+    """The Reshape target that turns a [1, .., sequence, head_size] table into [sequence, head_size]."""
+    return np.array([-1, int(match.shape("x")[3])], dtype=np.int64)
+
+
+def rotary_half_width(match: Match) -> np.ndarray:
+    """head_size / 2, the end of the Slice that keeps a table's first half."""
+    return np.array([int(match.shape("x")[3]) // 2], dtype=np.int64)
+
+
+CHECKS: dict[str, Callable[[Match], str | None]] = {
+    "rotate_half": rotate_half, "rotate_half_dynamic": rotate_half_dynamic,
+}
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "rotary_cos_cache": rotary_cos_cache,
     "rotary_sin_cache": rotary_sin_cache,
     "rotary_num_heads": rotary_num_heads,
+    "rotary_flat_table": rotary_flat_table,
+    "rotary_half_width": rotary_half_width,
 }

@@ -48,3 +48,53 @@ def test_slices_that_are_not_halves_are_not_fused():
 def test_tables_without_equal_halves_are_not_fused():
     result = assert_no_rewrite(rotary_model(equal_halves=False), ["rotary"])
     assert "equal halves" in result.near_misses["rotary"].reason
+
+
+# LLaMA exported with a dynamic sequence: cos/sin computed at run time from the positions 0..S-1
+DYNAMIC = """
+    g (float[batch, 2, seq, 8] q, float[batch, 2, seq, 8] k)
+      => (float[batch, 2, seq, 8] yq, float[batch, 2, seq, 8] yk) {
+        sh = Shape (q)
+        n = Gather <axis = 0> (sh, two_i)
+        nf = Cast <to = 1> (n)
+        pos = Range (zero_f, nf, one_f)
+        p2 = Unsqueeze (pos, one_1)
+        freqs = Mul (p2, inv_freq)
+        emb = Concat <axis = -1> (freqs, SECOND)
+        ct = Cos (emb)
+        st = Sin (emb)
+        cos = Unsqueeze (ct, zero_one)
+        sin = Unsqueeze (st, zero_one)
+        ROTARY_Q
+        ROTARY_K
+    }"""
+
+
+def _rotary_of(x: str) -> str:
+    return (f"{x}2 = Slice ({x}, s2, e2, axes)\n {x}n = Neg ({x}2)\n {x}1 = Slice ({x}, s1, e1, axes)\n"
+            f"{x}r = Concat <axis = -1> ({x}n, {x}1)\n {x}c = Mul ({x}, cos)\n {x}s = Mul (sin, {x}r)\n"
+            f"y{x} = Add ({x}c, {x}s)")
+
+
+def dynamic_model(equal_halves: bool = True):
+    text = DYNAMIC.replace("SECOND", "freqs" if equal_halves else "f2").replace(
+        "ROTARY_Q", _rotary_of("q")).replace("ROTARY_K", _rotary_of("k"))
+    if not equal_halves:
+        text = text.replace("emb = Concat", "f2 = Add (freqs, freqs)\n emb = Concat")
+    inits = {"s2": np.array([DH // 2]), "e2": np.array([2**62]), "s1": np.array([0]), "e1": np.array([DH // 2]),
+             "axes": np.array([-1]), "two_i": np.array(2), "zero_f": np.array(0.0, np.float32),
+             "one_f": np.array(1.0, np.float32), "one_1": np.array([1]), "zero_one": np.array([0, 1]),
+             "inv_freq": (1.0 / (10000 ** (np.arange(0, DH, 2) / DH))).astype(np.float32)}
+    return model_from_text(text, initializers=inits)
+
+
+def test_run_time_tables_feed_rotary_embedding_their_first_halves():
+    result = assert_rewrite(dynamic_model(), ["rotary"], {"rotary-dynamic": 2},
+                            produces={"com.microsoft.RotaryEmbedding": 2, "Slice": 2}, absent=["Neg"])
+    caches = [n for n in result.model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert caches[0].input[2:] == caches[1].input[2:]  # both read one cos and one sin cache
+
+
+def test_run_time_tables_without_equal_halves_are_not_fused():
+    result = assert_no_rewrite(dynamic_model(equal_halves=False), ["rotary"])
+    assert "equal halves" in result.near_misses["rotary-dynamic"].reason
