@@ -88,7 +88,7 @@ def attention_scale(match: Match) -> float:
 def attention_heads_inputs(match: Match) -> str | None:
     """Q and V are [B, H, S, dh] with known H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
     q, v, k = match.shape("q4"), match.shape("v4"), match.shape("k4")
-    if q is None or len(q) != 4 or _q_heads(match) is None:
+    if q is None or len(q) != 4 or query_heads(match) is None:
         return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count and size"
     if v is None or len(v) != 4:
         return f"V has shape {v}, not [batch, heads, sequence, head_size]"
@@ -99,7 +99,7 @@ def attention_heads_inputs(match: Match) -> str | None:
 
 def attention_heads_from_q(match: Match) -> int:
     """The number of heads of Q in [B, H, S, dh]."""
-    found = _q_heads(match)
+    found = query_heads(match)
     if found is None:
         raise CheckFailed("cannot tell the number of heads of Q")
     return found[0]
@@ -107,13 +107,13 @@ def attention_heads_from_q(match: Match) -> int:
 
 def attention_kv_shape(match: Match) -> np.ndarray:
     """A Reshape target that brings K to [B, H, L, dh] (also from a [B, Hkv, rep, L, dh] expansion)."""
-    found = _q_heads(match)
+    found = query_heads(match)
     if found is None:
         raise CheckFailed("cannot tell the number of heads of Q")
     return np.array([0, found[0], -1, found[1]], dtype=np.int64)
 
 
-def _q_heads(match: Match) -> tuple[int, int] | None:
+def query_heads(match: Match) -> tuple[int, int] | None:
     """(H, dh) of Q [B, H, S, dh]: from inferred shapes, else from the head reshape upstream of Q (through
     rotary arithmetic and the head transpose), with -1 resolved by the projection's hidden size."""
     shape = match.shape("q4")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gsrewrite.engine.match import CheckFailed, Match
-from gsrewrite_builtins.attention import _q_heads
+from gsrewrite_builtins.attention import query_heads
 
 Dim = int | str | None
 
@@ -25,7 +25,7 @@ _STEPS = {"K": ("k/unsqueeze", "k/expand", "k/repeat"), "V": ("v_unsqueeze", "v_
 def repeated_kv(match: Match) -> str | None:
     """K and V are repeated per KV head (not tiled), the same number of times, for Q of known heads."""
     q = match.shape("q4")
-    heads = _q_heads(match)
+    heads = query_heads(match)
     if q is None or len(q) != 4 or heads is None:
         return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count"
     groups = []
@@ -46,7 +46,7 @@ def repeated_kv(match: Match) -> str | None:
 
 def repeated_kv_heads(match: Match) -> int:
     """The number of KV heads before the repetition (GroupQueryAttention's ``kv_num_heads``)."""
-    heads = _q_heads(match)
+    heads = query_heads(match)
     found = _repetition(match, "K", heads[0] if heads else None)
     if isinstance(found, str):
         raise CheckFailed(found)
