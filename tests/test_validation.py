@@ -440,6 +440,21 @@ def test_run_failure_on_generated_inputs_names_them():
     assert validate(fixed_batch, fixed_batch, input_shapes={"batch": 1}).ok
 
 
+def test_dynamic_dims_grow_until_the_original_runs():
+    # a 300-sample convolution (an audio feature extractor): 16 and 256 samples are too short, 4096 are not
+    conv = make_model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[100])],
+        [_vi("x", F, ["batch", 1, "samples"])],
+        [_vi("y", F, ["batch", 1, None])],
+        [numpy_helper.from_array(np.ones((1, 1, 300), np.float32), "w")],
+    )
+    report = validate(conv, conv)
+    assert report.ok and report.inputs["x"]["shape"] == [2, 1, 4096]
+    # a failure no size can fix still names the generated inputs
+    with pytest.raises(ValidationError, match=r"generated inputs: x float32\[2, 1, 16\]"):
+        validate(conv, conv, input_shapes={"samples": 16})
+
+
 def test_rank0_bool_input_is_generated_as_an_array():
     from gsrewrite.testing import model_from_text
 

@@ -23,7 +23,7 @@ import onnx
 
 from gsrewrite.errors import InputDataError
 from gsrewrite.validation.index_bounds import gather_index_bounds
-from gsrewrite.validation.shapes import ShapeSpec, resolve_shapes
+from gsrewrite.validation.shapes import OTHER_DEFAULT, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import InputSpec
 
 #: Exclusive upper bound of integer inputs that do not index a table.
@@ -69,10 +69,12 @@ class InputPlan:
 
 
 def plan_inputs(
-    model: onnx.ModelProto, specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None
+    model: onnx.ModelProto, specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None,
+    other_size: int = OTHER_DEFAULT,
 ) -> list[InputPlan]:
-    """Decide shape and value range of every input (raises before anything runs when it cannot)."""
-    shapes = resolve_shapes(specs, input_shapes)
+    """Decide shape and value range of every input (raises before anything runs when it cannot);
+    ``other_size``: the size of dynamic dims that are not batch-like."""
+    shapes = resolve_shapes(specs, input_shapes, other_size)
     int_names = [s.name for s in specs if s.dtype.kind in "iu"]
     bounds = gather_index_bounds(model.graph, int_names)
     plans = []

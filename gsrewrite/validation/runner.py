@@ -81,7 +81,7 @@ class Session:
         """
         start = time.perf_counter()
         try:
-            values = self.session.run(None, dict(feed))  # type: ignore[attr-defined]
+            values = self.session.run(None, dict(feed), _quiet_run())  # type: ignore[attr-defined]
         except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
             raise ValidationError(f"onnxruntime failed to run the {self.role} model: {_first_line(exc)}") from None
         finally:
@@ -137,6 +137,15 @@ def _serialized(model: onnx.ModelProto) -> bytes | None:
     except (EncodeError, ValueError):  # over the limit after all (e.g. tensors stored as float_data)
         return None
     return data if len(data) <= MAX_PROTOBUF_BYTES else None
+
+
+def _quiet_run() -> Any:
+    """Run options without onnxruntime's own error log: a failure is raised, and reported, by the caller."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4
+    return options
 
 
 def _as_output(value: Any) -> Any:

@@ -7,7 +7,9 @@ Rules (see ``docs/validation.md``):
 * ``{"batch": 2}`` binds a symbolic dim name wherever it appears.
 * Other dynamic dims: **2** when batch-like (the name contains ``batch``, or it is the first dim of an
   input of rank >= 2 and its name does not look like a sequence: ``seq``, ``len``, ``time``, ``step``,
-  ``token``), **16** otherwise. One symbolic name gets one size across all inputs.
+  ``token``), **16** otherwise. One symbolic name gets one size across all inputs. When the original model
+  rejects inputs of that size (a convolution wider than 16 samples), the validator retries with 256 and 4096
+  (:data:`GROWN_DEFAULTS`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from gsrewrite.validation.signature import Dim, InputSpec
 BATCH_DEFAULT = 2
 #: Default size of any other dynamic dim (sequence length, spatial size, ...).
 OTHER_DEFAULT = 16
+#: Sizes tried, in turn, for the other dynamic dims while the original rejects the generated inputs.
+GROWN_DEFAULTS = (OTHER_DEFAULT, 256, 4096)
 _SEQUENCE_WORDS = ("seq", "len", "time", "step", "token")
 _DIMS_RE = re.compile(r"^\[?\s*(\d+(?:\s*[x,]\s*\d+)*)?\s*\]?$")
 
@@ -49,8 +53,10 @@ def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...] | int]:
     return name.strip(), int(value)
 
 
-def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None) -> dict[str, tuple[int, ...]]:
-    """A concrete shape for every input: from ``input_shapes`` where given, else by the default rules."""
+def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None,
+                   other: int = OTHER_DEFAULT) -> dict[str, tuple[int, ...]]:
+    """A concrete shape for every input: from ``input_shapes`` where given, else by the default rules (with
+    ``other`` as the size of dynamic dims that are not batch-like)."""
     whole, bound = _split_user_shapes(specs, input_shapes or {})
     shapes: dict[str, tuple[int, ...]] = {}
     for spec in specs:
@@ -58,7 +64,7 @@ def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = 
             shapes[spec.name] = _explicit_shape(spec, whole[spec.name], bound)
     for spec in specs:
         if spec.name not in shapes:
-            shapes[spec.name] = _default_shape(spec, bound)
+            shapes[spec.name] = _default_shape(spec, bound, other)
     return {spec.name: shapes[spec.name] for spec in specs}
 
 
@@ -110,7 +116,7 @@ def _bind(spec: InputSpec, dim: Dim, size: int, bound: dict[str, int]) -> None:
         raise InputDataError(f"dim {dim!r} of input {spec.name!r} is given as both {bound[dim]} and {size}")
 
 
-def _default_shape(spec: InputSpec, bound: dict[str, int]) -> tuple[int, ...]:
+def _default_shape(spec: InputSpec, bound: dict[str, int], other: int = OTHER_DEFAULT) -> tuple[int, ...]:
     if spec.dims is None:
         raise InputDataError(f"input {spec.name!r} has no shape in the model; give one (--input-shape NAME:1x128)")
     shape = []
@@ -120,18 +126,18 @@ def _default_shape(spec: InputSpec, bound: dict[str, int]) -> tuple[int, ...]:
         elif dim is not None and dim in bound:
             shape.append(bound[dim])
         else:
-            size = default_dim(dim, position, len(spec.dims))
+            size = default_dim(dim, position, len(spec.dims), other)
             if dim is not None:
                 bound[dim] = size
             shape.append(size)
     return tuple(shape)
 
 
-def default_dim(name: str | None, position: int, rank: int) -> int:
-    """The default size of a dynamic dim: :data:`BATCH_DEFAULT` if batch-like, else :data:`OTHER_DEFAULT`."""
+def default_dim(name: str | None, position: int, rank: int, other: int = OTHER_DEFAULT) -> int:
+    """The default size of a dynamic dim: :data:`BATCH_DEFAULT` if batch-like, else ``other``."""
     lowered = (name or "").lower()
     if "batch" in lowered:
         return BATCH_DEFAULT
     if position == 0 and rank >= 2 and not any(word in lowered for word in _SEQUENCE_WORDS):
         return BATCH_DEFAULT
-    return OTHER_DEFAULT
+    return other

@@ -14,12 +14,14 @@ from gsrewrite.validation.inputs import generate_inputs, plan_inputs
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, open_session, resolve_model
-from gsrewrite.validation.shapes import ShapeSpec
+from gsrewrite.validation.shapes import GROWN_DEFAULTS, OTHER_DEFAULT, ShapeSpec
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
 
 log = logging.getLogger(__name__)
 
 Feeds = Callable[[int], dict[str, np.ndarray]]
+#: Generated inputs are not grown beyond this many elements in all (64 MB of float32).
+MAX_GROWN_ELEMENTS = 1 << 24
 
 
 def validate(
@@ -65,11 +67,34 @@ class Validator:
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
         self.original = resolve_model(original, "original")
         self.specs = model_inputs(self.original.proto)
-        self.feeds, self.described = _input_feeds(self.specs, self.original, inputs, input_shapes, seed)
         with open_session(self.original, providers) as session:
-            self.outputs = [_run(session, self.feeds(run), self.described) for run in range(runs)]
+            self.feeds, self.described, self.outputs = self._reference_runs(session, inputs, input_shapes)
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
+
+    def _reference_runs(self, session: Session, inputs: InputSource | None, input_shapes: ShapeSpec | None
+                        ) -> tuple[Feeds, dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """The inputs and the original's outputs. Generated inputs whose dynamic dims the original rejects
+        (a convolution wider than 16 samples) are generated again with those dims larger (GROWN_DEFAULTS)."""
+        tried: list[dict[str, dict[str, Any]]] = []
+        for size in GROWN_DEFAULTS:
+            feeds, described = _input_feeds(self.specs, self.original, inputs, input_shapes, self.seed, size)
+            if tried and described == tried[-1]:
+                break  # no dynamic dim follows the size: a larger one cannot help
+            try:
+                outputs = [_run(session, feeds(run), described) for run in range(self.runs)]
+            except ValidationError:
+                if inputs is not None or _elements(described) * 16 > MAX_GROWN_ELEMENTS:
+                    raise
+                tried.append(described)
+                continue
+            if tried:
+                log.info("the original rejects generated inputs with dynamic dims of %s: used %d",
+                         "/".join(str(s) for s in GROWN_DEFAULTS[:len(tried)]), size)
+            return feeds, described, outputs
+        feeds, described = _input_feeds(self.specs, self.original, inputs, input_shapes, self.seed)
+        outputs = [_run(session, feeds(run), described) for run in range(self.runs)]  # raises, as first
+        return feeds, described, outputs
 
     def check(self, candidate: ModelArg) -> ValidationReport:
         """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
@@ -134,16 +159,21 @@ def _input_feeds(
     inputs: InputSource | None,
     input_shapes: ShapeSpec | None,
     seed: int,
+    other_size: int = OTHER_DEFAULT,
 ) -> tuple[Feeds, dict[str, dict[str, Any]]]:
     if inputs is not None:
         if input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         feed = prepare_inputs(inputs, specs)
         return (lambda run: feed), describe_given(feed)
-    plans = plan_inputs(original.proto, specs, input_shapes)
+    plans = plan_inputs(original.proto, specs, input_shapes, other_size)
     for plan in plans:
         log.info("input %s: %s", plan.name, plan.describe())
     return (lambda run: generate_inputs(plans, seed + run)), {p.name: p.describe() for p in plans}
+
+
+def _elements(described: dict[str, dict[str, Any]]) -> int:
+    return sum(int(np.prod(d["shape"])) for d in described.values())
 
 
 def _fold_runs(per_run: list[OutputComparison]) -> list[OutputComparison]:
