@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -51,7 +52,17 @@ def emit_json(data: Any) -> None:
 
 def console() -> Console:
     """A console on stdout; plain text (no colour codes) when stdout is not a terminal."""
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
+    return Console(file=sys.stdout, highlight=False, emoji=False, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 120)
+
+
+def working(message: str) -> contextlib.AbstractContextManager[Any]:
+    """A spinner with ``message`` while long work runs, on an interactive terminal only (elsewhere nothing:
+    no refresh thread waking up to draw what nobody sees)."""
+    out = console()
+    if not out.is_terminal:
+        return contextlib.nullcontext()
+    return out.status(message, spinner="dots")
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:

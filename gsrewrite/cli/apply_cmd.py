@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option
+from gsrewrite.cli._output import console, emit_json, json_option, working
 from gsrewrite.cli._rewrite_report import print_explain, print_summary
 from gsrewrite.cli._validation_options import validation_options
 from gsrewrite.model_io import serialized_size, stored_size
@@ -69,7 +69,7 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
-    with console().status("rewriting...", spinner="dots"):
+    with working("rewriting..."):
         result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
                            explain=explain, opset=opset, validation_options=validation, source_path=model)
     return result, stored_size(model, original)

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console
+from gsrewrite.cli._output import working
 from gsrewrite.cli._validation_options import validation_options
 from gsrewrite.cli.apply_cmd import report
 
@@ -34,7 +34,7 @@ def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], op
 
     check_output_path(output, input_path=model, in_place=in_place)
     original = load_model(model)
-    with console().status("optimizing...", spinner="dots"):
+    with working("optimizing..."):
         result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
                               simplify=not no_simplify, validate=validate, explain=explain,
                               validation_options=validation, source_path=model)

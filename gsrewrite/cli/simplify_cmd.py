@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
+from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table, working
 from gsrewrite.cli._validation_options import validation_options
 
 _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.engine.fold.DEFAULT_MAX_BYTES, without importing the engine
@@ -49,7 +49,7 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
     from gsrewrite.simplifier import simplify as run_simplify
 
     check_output_path(output, input_path=model, in_place=in_place)
-    with console().status("simplifying...", spinner="dots"):
+    with working("simplifying..."):
         result = run_simplify(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
                               input_shapes=validation.get("input_shapes"), downcast=downcast,
                               validate=validate, validation_options=validation, keep_metadata=keep_metadata)

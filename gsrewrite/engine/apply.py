@@ -96,19 +96,34 @@ def apply(
     validation then lets onnxruntime read that file instead of a re-serialized copy (a path ``model`` is its
     own source).
     """
-    start = time.perf_counter()
-    check_target(target)
-    original = _as_model(model)
     if source_path is None and reference is None and isinstance(model, (str, os.PathLike)):
         source_path = model
+    return rewrite_model(_as_model(model), patterns, target=target, validate=validate, pattern_files=pattern_files,
+                         explain=explain, opset=opset, registry=registry, validation_options=validation_options,
+                         reference=reference, source_path=source_path)
+
+
+def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str, validate: bool,
+                  pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
+                  registry: PatternRegistry | None = None, validation_options: dict[str, Any] | None = None,
+                  reference: onnx.ModelProto | None = None, source_path: str | os.PathLike | None = None,
+                  eager_validation: bool = True) -> RewriteResult:
+    """:func:`apply` on a loaded model. With ``eager_validation`` the reference run starts on a worker thread
+    before the rewrite (overlapping it); otherwise only once the rewrite changed something (a model nothing
+    matches then costs no onnxruntime session at all)."""
+    start = time.perf_counter()
+    check_target(target)
     registry, selected = _select(registry, patterns, pattern_files)
-    pending = _start_validator(reference or original, validation_options, source_path) if validate else None
+    needs_check = validate and (eager_validation or reference is not None)
+    pending = _start_validator(reference or original, validation_options, source_path) if needs_check else None
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
     if reference is not None:
         result.before = op_histogram(reference)
-    if pending is not None and (result.changed or reference is not None):
+    if validate and (result.changed or reference is not None):
+        if pending is None:
+            pending = _start_validator(reference or original, validation_options, source_path)
         _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get())
     result.after = op_histogram(result.model)
     result.seconds = time.perf_counter() - start

@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, apply
+from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, rewrite_model
 from gsrewrite.patterns.registry import PatternRegistry
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,20 @@ def optimize(
     if source_path is None and isinstance(model, (str, os.PathLike)):
         source_path = model
     working = _simplified(original, simplify_options or {}) if simplify else original
-    return apply(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
-                 registry=registry, validation_options=validation_options,
-                 reference=original if working is not original else None, source_path=source_path)
+    # when the cleanup changed nothing, validation waits for a fusion to change something: a model that
+    # nothing applies to comes back as it was, without an onnxruntime session
+    return rewrite_model(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
+                         registry=registry, validation_options=validation_options,
+                         reference=original if working is not original else None, source_path=source_path,
+                         eager_validation=working is not original)
 
 
 def _simplified(model: onnx.ModelProto, options: dict[str, Any]) -> onnx.ModelProto:
+    """The simplified model, or ``model`` itself when no pass changed anything."""
     try:
         from gsrewrite.simplifier import simplify
     except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
         log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
         return model
-    return simplify(model, validate=False, **options).model
+    result = simplify(model, validate=False, **options)
+    return result.model if result.changed else model

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.random  # numpy loads it on first attribute use: load it with this module instead
 import onnx
 
 from gsrewrite.errors import InputDataError
