@@ -42,3 +42,19 @@ def test_optimize_the_example(tmp_path):
     assert report["validation"]["ok"] and report["nodes_after"] < report["nodes_before"]
     ops = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
     assert ops["Attention"] == 2 and ops["Softmax"] == 0 and ops["Erf"] == 0  # packed QKV attention
+
+
+def test_optimizing_an_optimized_model_changes_nothing_and_runs_no_session(tmp_path, monkeypatch):
+    once, twice = tmp_path / "once.onnx", tmp_path / "twice.onnx"
+    assert CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(once)]).exit_code == 0
+    import onnxruntime
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("an onnxruntime session was created for a model nothing changed")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", no_session)
+    result = CliRunner().invoke(main, ["optimize", str(once), "-o", str(twice), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["validation"] is None and report["nodes_after"] == report["nodes_before"]
+    assert onnx.load(str(twice)).graph == onnx.load(str(once)).graph
