@@ -125,6 +125,8 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
         if pending is None:
             pending = _start_validator(reference or original, validation_options, source_path)
         _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get())
+    elif pending is not None:
+        pending.join()  # nothing to compare; the reference run must not outlive the call
     result.after = op_histogram(result.model)
     result.seconds = time.perf_counter() - start
     return result

@@ -53,6 +53,10 @@ class Checker:
         self._pending = BackgroundValidator(original, **options)
         self._validator: Any = None
 
+    def close(self) -> None:
+        """Wait for the reference run when no comparison will need it (errors are not raised)."""
+        self._pending.join()
+
     def _ready(self) -> Any:
         if self._validator is None:
             try:

@@ -41,6 +41,10 @@ class BackgroundValidator:
         except BaseException as exc:  # handed to the caller's thread by get()
             self._error = exc
 
+    def join(self) -> None:
+        """Wait for the worker without taking its result (for a caller that no longer needs it)."""
+        self._thread.join()
+
     def get(self) -> Validator:
         """The prepared validator (waits for the worker); raises what ``Validator(...)`` raised."""
         self._thread.join()
