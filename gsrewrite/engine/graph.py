@@ -42,10 +42,18 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
-    """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``)."""
-    if shapes:
-        model = infer_shapes(model)
-    return gs.import_onnx(model)
+    """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``).
+
+    With ``shapes``, inference runs on a copy without the large weights (they only need their type and
+    shape) and the graph's constants read the original tensors lazily (see
+    :func:`gsrewrite.simplifier.conversion.import_graph`): ONNX inference would otherwise serialize and parse
+    the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
+    """
+    if not shapes:
+        return gs.import_onnx(model)
+    from gsrewrite.simplifier.conversion import import_graph
+
+    return import_graph(model)[0]
 
 
 def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
