@@ -455,6 +455,20 @@ def test_dynamic_dims_grow_until_the_original_runs():
         validate(conv, conv, input_shapes={"samples": 16})
 
 
+def test_memory_reuse_planning_is_skipped_only_for_small_inputs(monkeypatch):
+    # token ids stay small even at the largest grown size; an image with dynamic height and width does not
+    from gsrewrite.validation import runner, validator
+
+    seen = []
+    real = runner.open_session
+    monkeypatch.setattr(validator, "open_session", lambda *a, **k: (seen.append(a[2]), real(*a, **k))[1])
+    assert validate(embedding_model(rows=100), embedding_model(rows=100)).ok
+    image = make_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", F, ["batch", 3, "h", "w"])],
+                       [_vi("y", F, ["batch", 3, "h", "w"])])
+    assert validate(image, image).ok
+    assert seen == [False, False, True, True]  # original and candidate of each
+
+
 def test_rank0_bool_input_is_generated_as_an_array():
     from gsrewrite.testing import model_from_text
 
