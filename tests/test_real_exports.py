@@ -23,10 +23,7 @@ NORMS = {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormali
          "SkipSimplifiedLayerNormalization", "RMSNormalization", "EmbedLayerNormalization"}
 GELUS = {"Gelu", "FastGelu", "BiasGelu"}
 #: what is not fused yet, per (architecture, family): the reason is the gap, and the test must still fail
-KNOWN_GAPS = {
-    ("llama.legacy14_dyn", "rotary", "apply"): "the rotate-half slice bounds are computed from x's shape; "
-                                              "optimize's shape folding makes them constants, apply has none",
-}
+KNOWN_GAPS: dict[tuple[str, str, str], str] = {}
 
 
 def _manifest() -> dict[str, dict[str, int]]:

@@ -50,21 +50,50 @@ def rotary_sin_cache(match: Match) -> np.ndarray:
 
 
 def rotary_num_heads(match: Match) -> int:
-    return int(match.shape("x")[1])
+    """x's head count; 0 (RotaryEmbedding then reads it from the 4-D input) when the shape does not say."""
+    heads = match.shape("x")[1]
+    return int(heads) if isinstance(heads, int) else 0
 
 
 def _slice(match: Match, which: str, size: int) -> tuple[int, int] | None:
-    values = [match.constant(f"{key}{which}") for key in ("s", "e", "a")]
+    values = [_static_value(match, f"{key}{which}") for key in ("s", "e", "a")]
     if any(v is None or v.size != 1 for v in values):
         return None
-    steps = match.constant(f"st{which}")
-    if steps is not None and (steps.size != 1 or int(steps.reshape(-1)[0]) != 1):
+    steps = _static_value(match, f"st{which}") if match.tensor(f"st{which}") is not None else None
+    if match.tensor(f"st{which}") is not None and (steps is None or steps.size != 1
+                                                    or int(steps.reshape(-1)[0]) != 1):
         return None
     start, end, axis = (int(v.reshape(-1)[0]) for v in values)
     if axis not in (-1, 3):
         return None
     clamp = lambda i: max(0, min(size, i + size if i < 0 else i))  # noqa: E731
     return clamp(start), clamp(end)
+
+
+def _static_value(match: Match, name: str) -> np.ndarray | None:
+    """A constant's value; for a computed tensor (a slice bound from ``Shape(x)[-1] / 2``), its value when it
+    depends only on shapes and comes out the same for two sequence lengths (else None)."""
+    value = match.constant(name)
+    tensor = match.tensor(name)
+    if value is not None or tensor is None:
+        return value
+    try:
+        found = computation(match.graph, tensor, f"'{name}'")
+        if found.value_inputs:
+            return None
+        model = submodel(match.opset, found.nodes, found.shape_inputs, tensor)
+        x = match.shape("x") or []
+        sequence = x[2] if len(x) > 2 else None
+        results = []
+        for length in _TEST_LENGTHS:
+            sizes = {sequence: length} if isinstance(sequence, str) else {}
+            feeds = {t.name: stand_in(t, sizes, (2, 2, length)) for t in found.shape_inputs}
+            results.append(run(model, feeds, f"'{name}'"))
+    except NotProven:
+        return None
+    if any(r.shape != results[0].shape or np.any(r != results[0]) for r in results):
+        return None
+    return results[0]
 
 
 def _table(match: Match, name: str) -> np.ndarray | None:
@@ -88,11 +117,11 @@ def _half_table(match: Match, name: str) -> np.ndarray:
 
 
 def rotate_half_dynamic(match: Match) -> str | None:
-    """Rotate-half slices of x [batch, heads, sequence, head_size] (static heads and head size); cos/sin are
+    """Rotate-half slices of x [batch, heads, sequence, head_size] (static head size); cos/sin are
     run-time tables [1, .., sequence, head_size] whose halves are equal (proven by running them)."""
     shape = match.shape("x")
-    if shape is None or len(shape) != 4 or not isinstance(shape[1], int) or not isinstance(shape[3], int):
-        return f"x has shape {shape}, not [batch, heads, sequence, head_size] with static heads and head size"
+    if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
+        return f"x has shape {shape}, not [batch, heads, sequence, head_size] with a static head size"
     size = shape[3]
     first, second = _slice(match, "1", size), _slice(match, "2", size)
     if size % 2 or first != (0, size // 2) or second != (size // 2, size):

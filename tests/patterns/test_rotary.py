@@ -76,16 +76,23 @@ def _rotary_of(x: str) -> str:
             f"y{x} = Add ({x}c, {x}s)")
 
 
-def dynamic_model(equal_halves: bool = True):
+def dynamic_model(equal_halves: bool = True, computed_bounds: bool = False):
     text = DYNAMIC.replace("SECOND", "freqs" if equal_halves else "f2").replace(
         "ROTARY_Q", _rotary_of("q")).replace("ROTARY_K", _rotary_of("k"))
+    if computed_bounds:  # the legacy exporter: half = Shape(x)[-1] // 2, heads unknown to inference
+        text = text.replace("float[batch, 2, seq, 8]", "float[batch, heads, seq, 8]").replace(
+            "sh = Shape (q)", "sh = Shape (q)\n d = Gather <axis = 0> (sh, three_i)\n h = Div (d, two_i)\n"
+            "e1 = Unsqueeze (h, zero_1)\n s2 = Identity (e1)")
     if not equal_halves:
         text = text.replace("emb = Concat", "f2 = Add (freqs, freqs)\n emb = Concat")
     inits = {"s2": np.array([DH // 2]), "e2": np.array([2**62]), "s1": np.array([0]), "e1": np.array([DH // 2]),
              "axes": np.array([-1]), "two_i": np.array(2), "zero_f": np.array(0.0, np.float32),
              "one_f": np.array(1.0, np.float32), "one_1": np.array([1]), "zero_one": np.array([0, 1]),
-             "inv_freq": (1.0 / (10000 ** (np.arange(0, DH, 2) / DH))).astype(np.float32)}
-    return model_from_text(text, initializers=inits)
+             "inv_freq": (1.0 / (10000 ** (np.arange(0, DH, 2) / DH))).astype(np.float32),
+             "three_i": np.array(3), "zero_1": np.array([0])}
+    if computed_bounds:
+        del inits["e1"], inits["s2"]
+    return model_from_text(text, initializers={k: v for k, v in inits.items() if k in text})
 
 
 def test_run_time_tables_feed_rotary_embedding_their_first_halves():
@@ -98,3 +105,12 @@ def test_run_time_tables_feed_rotary_embedding_their_first_halves():
 def test_run_time_tables_without_equal_halves_are_not_fused():
     result = assert_no_rewrite(dynamic_model(equal_halves=False), ["rotary"])
     assert "equal halves" in result.near_misses["rotary-dynamic"].reason
+
+
+def test_slice_bounds_computed_from_the_head_size():
+    rng = np.random.default_rng(4)
+    qk = {name: rng.standard_normal((2, 3, 5, DH)).astype(np.float32) for name in ("q", "k")}
+    result = assert_rewrite(dynamic_model(computed_bounds=True), ["rotary"], {"rotary-dynamic": 2}, inputs=qk,
+                            produces={"com.microsoft.RotaryEmbedding": 2}, absent=["Neg", "Div"])
+    node = next(n for n in result.model.graph.node if n.op_type == "RotaryEmbedding")
+    assert next(a.i for a in node.attribute if a.name == "num_heads") == 0  # read from the 4-D input
