@@ -160,3 +160,23 @@ def test_future_keys_kept_is_not_causal() -> None:
     model = _model(CAUSAL.replace("grid = LessOrEqual (rk, rq)", "grid = LessOrEqual (rq, rk)"))
     result = assert_no_rewrite(model, BOTH)
     assert "future" in result.near_misses["attention-causal-mask-index"].reason
+
+
+MHA = f"y = com.microsoft.MultiHeadAttention <num_heads = {HEADS}> (x, x, x, , , bias)"
+MHA_PATTERNS = ["mha-mask-index", "mha-causal-mask-index"]
+
+
+@pytest.mark.parametrize(("bias", "pattern", "unidirectional"), [
+    (LEGACY, "mha-mask-index", 0), (CAUSAL, "mha-causal-mask-index", 1),
+])
+def test_multi_head_attention_takes_the_raw_mask_as_key_padding_mask(bias: str, pattern: str,
+                                                                     unidirectional: int) -> None:
+    rng = np.random.default_rng(5)
+    inputs = {"x": rng.standard_normal((2, 6, D)).astype(np.float32),
+              "mask": np.array([[1, 1, 1, 1, 1, 1], [1, 0, 1, 1, 0, 0]], np.int64)}
+    result = assert_rewrite(_model(bias, attention=MHA), MHA_PATTERNS, {pattern: 1}, inputs=inputs, atol=1e-5,
+                            produces={"com.microsoft.MultiHeadAttention": 1, "Cast": 1}, absent=["Where", "Mul"])
+    node = next(n for n in result.model.graph.node if n.op_type == "MultiHeadAttention")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    assert attrs.get("unidirectional", 0) == unidirectional and attrs["num_heads"] == HEADS
+    assert len(node.input) == 5 and node.input[4] and not node.input[3]  # key_padding_mask, no QKV bias
