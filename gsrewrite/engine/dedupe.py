@@ -24,32 +24,15 @@ def merge_added_duplicates(graph: gs.Graph, added: set[int]) -> int:
 
     Returns the number of nodes removed. Nodes writing a graph output are never removed.
     """
-    from gsrewrite.simplifier.passes.cse import node_key
-    from gsrewrite.simplifier.rewiring import disconnect, drop_disconnected, replace_uses
+    from gsrewrite.simplifier.passes.cse import merge_twins
 
     if not added:
         return 0
     _share_small_constants([n for n in graph.nodes if id(n) in added])
     read_by_added = {id(t) for n in graph.nodes if id(n) in added for t in n.inputs}
-    outputs = {id(t) for t in graph.outputs}
-    seen: dict[Hashable, gs.Node] = {}
-    count = 0
-    for node in graph.nodes:
-        if id(node) not in added and not any(id(t) in read_by_added for t in node.inputs):
-            continue  # shares no input with an added node: cannot be one's twin
-        key = node_key(node)
-        if key is None:
-            continue
-        first = seen.setdefault(key, node)
-        if first is node or id(node) not in added or any(id(t) in outputs for t in node.outputs):
-            continue
-        for mine, theirs in zip(list(node.outputs), first.outputs, strict=True):
-            replace_uses(mine, theirs)
-        disconnect(node)
-        count += 1
-    if count:
-        drop_disconnected(graph)
-    return count
+    # only a node sharing an input with an added node can be an added node's twin; only added ones go
+    return merge_twins(graph, lambda n: id(n) in added or any(id(t) in read_by_added for t in n.inputs),
+                       lambda n: id(n) in added)
 
 
 def _share_small_constants(nodes: list[gs.Node]) -> None:

@@ -10,7 +10,7 @@ output is never the one removed.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
@@ -34,25 +34,33 @@ class EliminateCommonSubexpressions(SimplifyPass):
     description = "Merge nodes that compute the same op on the same inputs (common-subexpression elimination)."
 
     def apply(self, graph: gs.Graph) -> int:
-        outputs = {id(t) for t in graph.outputs}
-        seen: dict[Hashable, gs.Node] = {}
-        count = 0
-        for node in graph.nodes:
-            if node.inputs and not any(len(t.outputs) > 1 for t in node.inputs):
-                continue  # a node whose inputs nobody else reads has no twin
-            key = node_key(node)
-            if key is None:
-                continue
-            first = seen.setdefault(key, node)
-            if first is node or any(id(t) in outputs for t in node.outputs):
-                continue
-            for mine, theirs in zip(list(node.outputs), first.outputs, strict=True):
-                replace_uses(mine, theirs)
-            disconnect(node)
-            count += 1
-        if count:
-            drop_disconnected(graph)
-        return count
+        # a node whose inputs nobody else reads has no twin
+        return merge_twins(graph, lambda n: not n.inputs or any(len(t.outputs) > 1 for t in n.inputs))
+
+
+def merge_twins(graph: gs.Graph, candidate: Callable[[gs.Node], bool],
+                removable: Callable[[gs.Node], bool] = lambda n: True) -> int:
+    """Visiting ``graph``'s nodes in order, hand each ``removable`` node's readers to the first ``candidate``
+    with the same :func:`node_key` and remove it; nodes writing a graph output stay. Returns the count."""
+    outputs = {id(t) for t in graph.outputs}
+    seen: dict[Hashable, gs.Node] = {}
+    count = 0
+    for node in graph.nodes:
+        if not candidate(node):
+            continue
+        key = node_key(node)
+        if key is None:
+            continue
+        first = seen.setdefault(key, node)
+        if first is node or not removable(node) or any(id(t) in outputs for t in node.outputs):
+            continue
+        for mine, theirs in zip(list(node.outputs), first.outputs, strict=True):
+            replace_uses(mine, theirs)
+        disconnect(node)
+        count += 1
+    if count:
+        drop_disconnected(graph)
+    return count
 
 
 def node_key(node: gs.Node) -> Hashable | None:
