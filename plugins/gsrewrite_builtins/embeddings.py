@@ -15,10 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gsrewrite.engine.match import Match
-from gsrewrite_builtins.producers import NotProven, computation, run, stand_in, submodel
-
-#: Sequence lengths the position computation is run with (two, so that a constant cannot pass by chance).
-_TEST_LENGTHS = (5, 3)
+from gsrewrite_builtins.producers import NotProven, values_by_length
 
 
 def embedding_operands(match: Match) -> str | None:
@@ -88,17 +85,9 @@ def _prove_arange(match: Match, pids: object, ids: object) -> None:
             raise NotProven("constant position ids, but the sequence length is not that fixed")
         _require_arange(value, length)
         return
-    found = computation(match.graph, pids, "the position ids")
-    if found.value_inputs:
-        raise NotProven(f"the position ids depend on the values of '{found.value_inputs[0].name}'")
-    batch, sequence = (ids.shape or [None, None])[:2]
-    model = submodel(match.opset, found.nodes, found.shape_inputs, pids)
-    lengths = (sequence,) if isinstance(sequence, int) else _TEST_LENGTHS
-    for length in lengths:
-        dims = (batch if isinstance(batch, int) else 2, length)
-        sizes = {d: size for d, size in zip((batch, sequence), dims, strict=True) if isinstance(d, str)}
-        feeds = {t.name: stand_in(t, sizes, dims) for t in found.shape_inputs}
-        _require_arange(run(model, feeds, "the position ids"), length)
+    for length, value in values_by_length(match.graph, match.opset, pids, "the position ids",
+                                          ids.shape or [None, None], 1):
+        _require_arange(value, length)
 
 
 def _require_arange(value: np.ndarray, length: int) -> None:

@@ -8,7 +8,9 @@ of other tensors, build a model of just those nodes (:func:`submodel`) and run i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -82,6 +84,30 @@ def stand_in(tensor: gs.Variable, sizes: dict[str, int], default: tuple[int, ...
         else:
             shape.append(default[axis] if axis < len(default) else 1)
     return np.zeros(shape, dtype=np.dtype(tensor.dtype) if tensor.dtype is not None else np.int64)
+
+
+#: Sequence lengths a shape-only computation is run with (two, so that a constant cannot pass by chance).
+TEST_LENGTHS = (5, 3)
+
+
+def values_by_length(graph: gs.Graph, opset: int, tensor: gs.Tensor, what: str, reference: Sequence[Any],
+                     sequence_axis: int) -> list[tuple[int, np.ndarray]]:
+    """(length, value) of ``tensor``, computed from constants and shapes only (else NotProven), with the
+    ``reference`` shape's ``sequence_axis`` at each of :data:`TEST_LENGTHS` (or its fixed size) and its other
+    symbolic dims at 2; tensors read for their shape follow the reference's dim names, else its axes."""
+    found = computation(graph, tensor, what)
+    if found.value_inputs:
+        raise NotProven(f"{what} depends on the values of '{found.value_inputs[0].name}'")
+    model = submodel(opset, found.nodes, found.shape_inputs, tensor)
+    sequence = reference[sequence_axis]
+    results = []
+    for length in (sequence,) if isinstance(sequence, int) else TEST_LENGTHS:
+        dims = tuple(length if axis == sequence_axis else d if isinstance(d, int) else 2
+                     for axis, d in enumerate(reference))
+        sizes = {d: size for d, size in zip(reference, dims, strict=True) if isinstance(d, str)}
+        feeds = {t.name: stand_in(t, sizes, dims) for t in found.shape_inputs}
+        results.append((length, run(model, feeds, what)))
+    return results
 
 
 def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output: gs.Tensor) -> bytes:

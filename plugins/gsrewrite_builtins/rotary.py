@@ -19,10 +19,7 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.engine.match import CheckFailed, Match
-from gsrewrite_builtins.producers import NotProven, computation, run, stand_in, submodel
-
-#: Sequence lengths a run-time table is computed for when proving its halves equal.
-_TEST_LENGTHS = (5, 3)
+from gsrewrite_builtins.producers import NotProven, values_by_length
 
 
 def rotate_half(match: Match) -> str | None:
@@ -78,17 +75,8 @@ def _static_value(match: Match, name: str) -> np.ndarray | None:
     if value is not None or tensor is None:
         return value
     try:
-        found = computation(match.graph, tensor, f"'{name}'")
-        if found.value_inputs:
-            return None
-        model = submodel(match.opset, found.nodes, found.shape_inputs, tensor)
-        x = match.shape("x") or []
-        sequence = x[2] if len(x) > 2 else None
-        results = []
-        for length in _TEST_LENGTHS:
-            sizes = {sequence: length} if isinstance(sequence, str) else {}
-            feeds = {t.name: stand_in(t, sizes, (2, 2, length)) for t in found.shape_inputs}
-            results.append(run(model, feeds, f"'{name}'"))
+        results = [v for _, v in values_by_length(match.graph, match.opset, tensor, f"'{name}'",
+                                                  match.shape("x") or [None] * 4, 2)]
     except NotProven:
         return None
     if any(r.shape != results[0].shape or np.any(r != results[0]) for r in results):
@@ -149,16 +137,8 @@ def _prove_equal_halves(match: Match, name: str) -> None:
         if not np.array_equal(value[..., :half], value[..., half:]):
             raise NotProven(f"the {name} table does not have equal halves")
         return
-    found = computation(match.graph, tensor, f"the {name} table")
-    if found.value_inputs:
-        raise NotProven(f"the {name} table depends on the values of '{found.value_inputs[0].name}'")
-    model = submodel(match.opset, found.nodes, found.shape_inputs, tensor)
-    x = match.shape("x") or []
-    sequence = x[2] if len(x) > 2 else None
-    for length in (sequence,) if isinstance(sequence, int) else _TEST_LENGTHS:
-        sizes = {sequence: length} if isinstance(sequence, str) else {}
-        feeds = {t.name: stand_in(t, sizes, (2, length)) for t in found.shape_inputs}
-        value = run(model, feeds, f"the {name} table")
+    for length, value in values_by_length(match.graph, match.opset, tensor, f"the {name} table",
+                                          match.shape("x") or [None] * 4, 2):
         half = value.shape[-1] // 2 if value.ndim else 0
         if value.ndim < 2 or value.shape[-2] != length or not np.array_equal(value[..., :half], value[..., half:]):
             raise NotProven(f"the {name} table (shape {list(value.shape)} for {length} positions) does not "
