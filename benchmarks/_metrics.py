@@ -9,6 +9,7 @@ subprocesses, because onnxruntime may abort on a malformed model.
 from __future__ import annotations
 
 import collections
+import random
 import statistics
 import time
 from pathlib import Path
@@ -111,7 +112,9 @@ def probe(path: Path, inputs: Path, reference: Path | None) -> dict[str, Any]:
 def latencies(paths: list[Path], inputs: Path, runs: int, warmup: int = 5) -> dict[str, dict[str, float]]:
     """Median seconds per run of each model, graph optimizations disabled and enabled, 1 thread.
 
-    Sessions are created up front; then ``runs`` rounds each run every session once, in turn.
+    Sessions are created up front; then ``runs`` rounds each run every session once, in an order shuffled
+    per round (seeded): a fixed order let the cache state a session inherits from its predecessor favour
+    some columns over others by a few percent, systematically.
     """
     sessions = {(str(p), mode): _session(p, mode) for p in paths for mode in MODES}
     feeds = {key: _feeds(s, inputs) for key, s in sessions.items()}
@@ -119,8 +122,11 @@ def latencies(paths: list[Path], inputs: Path, runs: int, warmup: int = 5) -> di
         for _ in range(warmup):
             session.run(None, feeds[key])
     times: dict[tuple[str, str], list[float]] = {key: [] for key in sessions}
+    order = list(sessions.items())
+    shuffler = random.Random(0)
     for _ in range(runs):
-        for key, session in sessions.items():
+        shuffler.shuffle(order)
+        for key, session in order:
             start = time.perf_counter()
             session.run(None, feeds[key])
             times[key].append(time.perf_counter() - start)
