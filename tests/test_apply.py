@@ -58,6 +58,14 @@ def test_validation_drops_the_guilty_pattern_and_keeps_the_rest(tmp_path):
     assert "Sigmoid" not in {n.op_type for n in result.model.graph.node}
 
 
+def test_the_validated_bytes_belong_to_the_final_model(tmp_path):
+    result = apply(toy_model(), ["toy"], registry=_registry(tmp_path))  # bisection made a second candidate
+    assert result.serialized is not None and onnx.load_from_string(result.serialized) == result.model
+    bad = apply(toy_model(), ["relu-to-sigmoid"], registry=_registry(tmp_path))  # falls back to the original
+    assert not bad.changed and onnx.load_from_string(bad.serialized) == bad.model
+    assert apply(toy_model(), ["toy"], registry=_registry(tmp_path), validate=False).serialized is None
+
+
 def test_without_validation_the_wrong_rewrite_goes_through(tmp_path):
     result = apply(toy_model(), ["toy"], registry=_registry(tmp_path), validate=False)
     assert result.counts["relu-to-sigmoid"] == 2 and result.validation is None

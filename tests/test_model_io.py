@@ -285,6 +285,21 @@ def test_external_data_save_and_reload(tmp_path: Path) -> None:
     assert _run(tmp_path / "m.onnx").shape == (2, 8)
 
 
+def test_given_serialized_bytes_are_written_unless_a_new_serialization_is_needed(tmp_path: Path) -> None:
+    model = _rich_model()
+    model.ir_version = onnx.IR_VERSION if ir_version_from_table(ort.__version__) >= onnx.IR_VERSION else 7
+    data = model.SerializeToString()
+    assert save_model(model, tmp_path / "a.onnx", serialized=data) == len(data)
+    assert (tmp_path / "a.onnx").read_bytes() == data
+    save_model(model, tmp_path / "b.onnx", serialized=data, external_data=True, size_threshold=64)
+    assert (tmp_path / "b.onnx.data").exists() and (tmp_path / "b.onnx").read_bytes() != data
+    too_new = onnx.ModelProto()
+    too_new.CopyFrom(model)
+    too_new.ir_version = 99  # clamped on save: the given bytes (IR 99) cannot be written as they are
+    save_model(too_new, tmp_path / "c.onnx", serialized=too_new.SerializeToString())
+    assert onnx.load(tmp_path / "c.onnx").ir_version < 99
+
+
 def test_external_data_custom_location_and_bad_locations(tmp_path: Path) -> None:
     save_model(_rich_model(), tmp_path / "m.onnx", external_data=True, size_threshold=16, location="w.bin")
     assert (tmp_path / "w.bin").exists()

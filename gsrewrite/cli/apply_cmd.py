@@ -47,7 +47,8 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 
     check_output_path(output, input_path=model, in_place=in_place)
     result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation)
-    size_after = save_model(result.model, output, input_path=model, in_place=in_place)
+    size_after = save_model(result.model, output, input_path=model, in_place=in_place,
+                            serialized=result.serialized)
     report(result, size_before, explain, as_json, size_after)
 
 

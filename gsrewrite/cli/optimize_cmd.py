@@ -38,5 +38,6 @@ def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], op
         result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
                               simplify=not no_simplify, validate=validate, explain=explain,
                               validation_options=validation, source_path=model)
-    size_after = save_model(result.model, output, input_path=model, in_place=in_place)
+    size_after = save_model(result.model, output, input_path=model, in_place=in_place,
+                            serialized=result.serialized)
     report(result, stored_size(model, original), explain, as_json, size_after)

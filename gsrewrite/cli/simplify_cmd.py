@@ -55,7 +55,8 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
                               validate=validate, validation_options=validation, keep_metadata=keep_metadata)
     extracted = _extractions(result.model, constants, ops, output, model)
     size = save_model(result.model, output, input_path=model, in_place=in_place,
-                      external_data=external_data or None, size_threshold=size_threshold)
+                      external_data=external_data or None, size_threshold=size_threshold,
+                      serialized=result.serialized)
     result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
     result.note_size(result.original, stored_size(model, result.original))
     written = [_write(path, payload, model) for path, payload in extracted]

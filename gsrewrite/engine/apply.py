@@ -53,6 +53,8 @@ class RewriteResult:
     after: dict[str, int] = field(default_factory=dict)
     patterns: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
+    serialized: bytes | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,7 +223,10 @@ def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
 def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
                          selected: list[Pattern], target: str, registry: PatternRegistry, validator: Any) -> None:
     """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
-    report = validator.check(result.model)
+    from gsrewrite.validation.runner import serialized_source
+
+    source = serialized_source(result.model, "candidate")  # kept: saving writes the same bytes
+    report = validator.check(source)
     active = [p for p in selected if result.counts.get(p.name)]
     while not report.ok and active:
         guilty = _first_failing(active, working, target, registry, validator)
@@ -230,7 +235,8 @@ def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, work
         active.remove(guilty)
         out, run = _rewrite(working, active, target, False, registry)
         result.model, result.counts, result.records = out, dict(run.counts), run.records
-        report = validator.check(result.model)
+        source = serialized_source(result.model, "candidate")
+        report = validator.check(source)
     if not report.ok:  # what remains (e.g. an earlier simplification) still disagrees: give back the reference
         log.warning("the result still disagrees with the original (%s): keeping the original", report.summary())
         result.dropped["(preparation)"] = report.summary()
@@ -238,6 +244,7 @@ def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, work
         report = validator.check(reference)
     result.changed = result.model is not reference
     result.validation = report
+    result.serialized = source.data if report.ok and source.proto is result.model else None
 
 
 def _first_failing(active: list[Pattern], working: onnx.ModelProto, target: str, registry: PatternRegistry,

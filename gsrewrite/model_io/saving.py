@@ -55,6 +55,7 @@ def save_model(
     external_data: bool | None = None,
     size_threshold: int = 1024,
     location: str | None = None,
+    serialized: bytes | None = None,
 ) -> int:
     """Write ``model`` to ``path`` atomically; the caller's model object is not modified. Returns the number of
     bytes written (the model file plus its external data file, if any).
@@ -64,8 +65,21 @@ def save_model(
     is above the 2 GB protobuf limit and ``external_data`` is None. Raises OutputError when ``path`` is
     ``input_path`` (or the external file would overwrite the input's) and ``in_place`` is False, when the
     target folder does not exist, or when writing fails.
+
+    ``serialized``: ``model`` already serialized, byte for byte (``SimplifyResult.serialized`` /
+    ``RewriteResult.serialized``: the bytes validation ran); written as they are when neither external data
+    nor an IR-version change asks for a new serialization. The caller vouches that they are ``model``'s.
     """
     target = check_output_path(path, input_path=input_path, in_place=in_place)
+    if serialized is not None and not external_data and len(serialized) <= PROTOBUF_LIMIT \
+            and clamp_ir_version(model.ir_version) == model.ir_version:
+        try:  # onnxruntime ran these bytes: every tensor is inline and the size is within the limit
+            with _atomic_files() as create:
+                create(target).write(serialized)
+        except OSError as exc:
+            raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
+        log.debug("saved %s (IR %d, the serialized bytes given)", target, model.ir_version)
+        return len(serialized)
     inline_bytes = _inline_tensor_bytes(model)
     too_big = _over_limit(model, inline_bytes, PROTOBUF_LIMIT)
     external = needs_external_data(serialized_size(model) if too_big else 0, external_data)

@@ -52,6 +52,7 @@ class Checker:
 
         self._pending = BackgroundValidator(original, **options)
         self._validator: Any = None
+        self._last: tuple[onnx.ModelProto, bytes | None] | None = None
 
     def close(self) -> None:
         """Wait for the reference run when no comparison will need it (errors are not raised)."""
@@ -65,10 +66,18 @@ class Checker:
                 raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
         return self._validator
 
+    def serialized(self, model: onnx.ModelProto) -> bytes | None:
+        """``model`` serialized, when it is the candidate compared last (its bytes are what onnxruntime ran)."""
+        return self._last[1] if self._last is not None and self._last[0] is model else None
+
     def __call__(self, candidate: onnx.ModelProto) -> Any:
+        from gsrewrite.validation.runner import serialized_source
+
         validator = self._ready()
+        source = serialized_source(candidate, "candidate")
+        self._last = (candidate, source.data)
         try:
-            return validator.check(candidate)
+            return validator.check(source)
         except (ValidationError, InputDataError) as exc:
             return Rejected(str(exc).splitlines()[0])
 

@@ -139,6 +139,7 @@ def _validation_options(options: Mapping[str, Any] | None, input_shapes: ShapeSp
 def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], checker: Checker) -> None:
     model, counts, report, dropped = validate_and_bisect(result.model, result.counts, passes, run, checker)
     result.model, result.counts, result.validation, result.dropped = model, counts, report, dropped
+    result.serialized = checker.serialized(model) if report.ok else None
     if not report.ok:
         log.warning("the simplified model does not agree with the original (%s): keeping the original",
                     report.summary())

@@ -55,6 +55,8 @@ class SimplifyResult:
     validation: Any = None
     dropped: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
+    serialized: bytes | None = field(default=None, repr=False)
     _stats: dict[int, ModelStats] = field(default_factory=dict, repr=False)
     _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 

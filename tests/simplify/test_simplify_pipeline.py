@@ -78,6 +78,16 @@ def test_library_api_accepts_a_path(tmp_path):
     assert result.to_dict()["after"]["nodes"] == 2
 
 
+def test_the_validated_bytes_are_the_result_and_are_what_gets_saved(tmp_path):
+    result = simplify(model_from_text(TEXT), registry=registry_with(ReluToSigmoid()))
+    assert result.validation.ok and result.serialized is not None
+    assert onnx.load_from_string(result.serialized) == result.model  # the last candidate, not a dropped one
+    out = tmp_path / "out.onnx"
+    assert gsrewrite.save_model(result.model, out, serialized=result.serialized) == len(result.serialized)
+    assert out.read_bytes() == result.serialized
+    assert simplify(model_from_text(TEXT), validate=False).serialized is None
+
+
 def test_a_pass_that_breaks_the_model_is_dropped(caplog):
     with caplog.at_level(logging.WARNING, logger="gsrewrite"):
         result = simplify(model_from_text(TEXT), registry=registry_with(ReluToSigmoid()))
