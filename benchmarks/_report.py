@@ -26,7 +26,8 @@ How each number is taken (details: docs/benchmarks.md):
 - Fused-op and node counts include subgraphs. File size counts every file the tool wrote (external data too).
 - Latency: onnxruntime CPU, 1 intra-op and 1 inter-op thread, the model's sample inputs, median of {runs} runs
   after 5 warm-up runs; all outputs of one model run in interleaved rounds (order shuffled per round) in one
-  process, so a load change on the machine hits every column alike. "disabled" = ORT_DISABLE_ALL, "enabled" = ORT_ENABLE_ALL.
+  process, so a load change on the machine hits every column alike. "disabled" = ORT_DISABLE_ALL,
+  "enabled" = ORT_ENABLE_ALL.
 - Max abs diff: against the reference outputs (`X.outputs.npz`), onnxruntime graph optimizations disabled.
 - Cells: `failed` = the tool raised or crashed; `✗` after a number = the tool wrote a model but onnxruntime
   cannot load or run it (`error` where that number needs onnxruntime); `n/a` = tool not available. Reasons are

@@ -183,7 +183,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", metavar="GLOB", help="model names to run (repeatable)")
     parser.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from: {', '.join(TOOLS)}")
     parser.add_argument("--runs", type=int, default=200,
-                        help="latency runs per output (median; >= 30 for RESULTS; ~1 ms models need ~200 to resolve 2%%)")
+                        help="latency runs per output (median; >= 30 for RESULTS; ~1 ms models need ~200 "
+                             "to resolve 2%%)")
     parser.add_argument("--tool-runs", type=int, default=5, help="runs of each tool per model (median wall time)")
     parser.add_argument("--quick", action="store_true", help="four models and 10 latency runs")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per tool run")
