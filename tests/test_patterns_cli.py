@@ -58,3 +58,17 @@ def test_optimizing_an_optimized_model_changes_nothing_and_runs_no_session(tmp_p
     report = json.loads(result.stdout)
     assert report["validation"] is None and report["nodes_after"] == report["nodes_before"]
     assert onnx.load(str(twice)).graph == onnx.load(str(once)).graph
+
+
+def test_optimize_starts_the_reference_run_during_the_cleanup(monkeypatch):
+    import importlib
+
+    apply_module = importlib.import_module("gsrewrite.engine.apply")
+    optimize_module = importlib.import_module("gsrewrite.engine.optimize")
+
+    events = []
+    start, rewrite = optimize_module._start_validator, apply_module._rewrite
+    monkeypatch.setattr(optimize_module, "_start_validator", lambda *a: events.append("reference") or start(*a))
+    monkeypatch.setattr(apply_module, "_rewrite", lambda *a: events.append("fusions") or rewrite(*a))
+    result = optimize_module.optimize(str(EXAMPLE))
+    assert result.validation.ok and events == ["reference", "fusions"]  # started once, before the fusions

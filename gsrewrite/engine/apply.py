@@ -109,15 +109,17 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
                   pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
                   registry: PatternRegistry | None = None, validation_options: dict[str, Any] | None = None,
                   reference: onnx.ModelProto | None = None, source_path: str | os.PathLike | None = None,
-                  eager_validation: bool = True) -> RewriteResult:
+                  eager_validation: bool = True, pending: Any = None) -> RewriteResult:
     """:func:`apply` on a loaded model. With ``eager_validation`` the reference run starts on a worker thread
     before the rewrite (overlapping it); otherwise only once the rewrite changed something (a model nothing
-    matches then costs no onnxruntime session at all)."""
+    matches then costs no onnxruntime session at all). ``pending``: the reference's validator, already started
+    by the caller (``optimize`` starts it during the cleanup)."""
     start = time.perf_counter()
     check_target(target)
     registry, selected = _select(registry, patterns, pattern_files)
     needs_check = validate and (eager_validation or reference is not None)
-    pending = _start_validator(reference or original, validation_options, source_path) if needs_check else None
+    if pending is None and needs_check:
+        pending = _start_validator(reference or original, validation_options, source_path)
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
 
-from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, rewrite_model
+from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, _start_validator, rewrite_model
 from gsrewrite.patterns.registry import PatternRegistry
 
 log = logging.getLogger(__name__)
@@ -41,21 +41,44 @@ def optimize(
     original = _as_model(model)
     if source_path is None and isinstance(model, (str, os.PathLike)):
         source_path = model
-    working = _simplified(original, simplify_options or {}) if simplify else original
-    # when the cleanup changed nothing, validation waits for a fusion to change something: a model that
+    # the reference run starts as soon as a cleanup pass changes something, to overlap the rest of the cleanup
+    # and the fusions; when nothing changes, validation waits for a fusion to change something: a model that
     # nothing applies to comes back as it was, without an onnxruntime session
+    reference_run = _ReferenceRun(original, validation_options, source_path) if validate else None
+    try:
+        working = _simplified(original, simplify_options or {},
+                              reference_run.start if reference_run is not None else None) if simplify else original
+    except BaseException:
+        if reference_run is not None and reference_run.pending is not None:
+            reference_run.pending.join()
+        raise
     return rewrite_model(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
                          registry=registry, validation_options=validation_options,
                          reference=original if working is not original else None, source_path=source_path,
-                         eager_validation=working is not original)
+                         eager_validation=working is not original,
+                         pending=reference_run.pending if reference_run is not None else None)
 
 
-def _simplified(model: onnx.ModelProto, options: dict[str, Any]) -> onnx.ModelProto:
+class _ReferenceRun:
+    """The original's validator, started (on a worker thread) at the first :meth:`start`."""
+
+    def __init__(self, original: onnx.ModelProto, options: dict[str, Any] | None,
+                 source_path: str | os.PathLike | None) -> None:
+        self._args = (original, options, source_path)
+        self.pending: Any = None
+
+    def start(self) -> None:
+        if self.pending is None:
+            self.pending = _start_validator(*self._args)
+
+
+def _simplified(model: onnx.ModelProto, options: dict[str, Any],
+                on_change: Callable[[], None] | None = None) -> onnx.ModelProto:
     """The simplified model, or ``model`` itself when no pass changed anything."""
     try:
         from gsrewrite.simplifier import simplify
     except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
         log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
         return model
-    result = simplify(model, validate=False, **options)
+    result = simplify(model, validate=False, on_change=on_change, **options)
     return result.model if result.changed else model

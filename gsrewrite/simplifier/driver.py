@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import onnx_graphsurgeon as gs
 
@@ -27,11 +27,12 @@ MAX_ROUNDS = 8
 CONSTANT_NODES = "constant-nodes"
 
 
-def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass],
-                       max_rounds: int = MAX_ROUNDS) -> tuple[gs.Graph, Counter, int]:
+def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds: int = MAX_ROUNDS,
+                       on_change: Callable[[], None] | None = None) -> tuple[gs.Graph, Counter, int]:
     """Run ``passes`` until a round changes nothing; returns the graph, changes per pass, and rounds run.
 
     A pass that found nothing to do is not run again until another pass has changed the graph.
+    ``on_change`` is called after every pass that changed something.
     """
     nested = any(True for _ in _subgraphs(graph))  # passes never create subgraphs: look once
     counts: Counter = Counter()
@@ -40,6 +41,8 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass],
     if not is_sorted(graph):
         graph.toposort()
     counts = +counts
+    if counts and on_change is not None:
+        on_change()
     version, clean = 0, {}  # clean: pass -> the graph version it last ran on without changing anything
     for round_ in range(1, max_rounds + 1):
         changed = False
@@ -50,6 +53,8 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass],
             if changes:
                 counts[pass_.name] += changes
                 version, changed = version + 1, True
+                if on_change is not None:
+                    on_change()
             else:
                 clean[id(pass_)] = version
         if not changed:

@@ -10,7 +10,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ def simplify(
     max_rounds: int = MAX_ROUNDS,
     keep_metadata: bool = False,
     registry: PassRegistry | None = None,
+    on_change: Callable[[], None] | None = None,
 ) -> SimplifyResult:
     """Simplify ``model`` (a ModelProto or a path) with the registered passes; the input is not modified.
 
@@ -54,12 +55,13 @@ def simplify(
     dim sizes first (``{"input_ids": (1, 128)}``, ``{"batch": 1}``). With ``validate`` (default) the
     result is compared with the original in onnxruntime (``validation_options`` go to
     :func:`gsrewrite.validate`); a pass whose rewrites change the outputs is dropped. Exporter debug
-    metadata on nodes, the graph and its inputs/outputs is dropped unless ``keep_metadata``.
+    metadata on nodes, the graph and its inputs/outputs is dropped unless ``keep_metadata``. ``on_change`` is
+    called whenever the passes changed something (``optimize`` starts the reference run at the first call).
     """
     start = time.perf_counter()
     if max_fold_bytes < 0 or max_rounds < 1:
         raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
-    run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata)
+    run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata, on_change)
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
     checker = Checker(_reference(model, run.original), _validation_options(validation_options, input_shapes)) \
@@ -83,6 +85,7 @@ class _Run:
     input_shapes: ShapeSpec | None
     max_rounds: int
     keep_metadata: bool
+    on_change: Callable[[], None] | None = None
 
     @functools.cached_property
     def value_info(self) -> set[str]:
@@ -93,7 +96,9 @@ class _Run:
         """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
         working = with_input_shapes(self.original, self.input_shapes)
         graph, constant_nodes = import_graph(working)
-        graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds)
+        if constant_nodes and self.on_change is not None:
+            self.on_change()
+        graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds, self.on_change)
         if constant_nodes:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
         if not is_sorted(graph):
