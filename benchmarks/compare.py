@@ -123,11 +123,13 @@ def run_model(case: ModelCase, tools: list[str], manifest: dict, work: Path, arg
 def _time_again(case: ModelCase, tools: list[str], hints: dict, work: Path, cells: dict[str, Cell],
                 args: argparse.Namespace) -> None:
     """Run every tool that worked ``--tool-runs - 1`` more times, round-robin (a load change on the machine hits
-    every tool alike); its wall time is the median of all runs. The first run's output is the one measured."""
+    every tool alike); its wall time is the median of all runs. The first run's output is the one measured.
+    Every run writes a new file (its own folder), as the first did: replacing an existing output is a different
+    case (gsrewrite fsyncs a file it replaces; onnx.save truncates and rewrites it)."""
     times = {t: [cells[t].seconds] for t in tools if cells[t].ok and cells[t].seconds is not None}
-    for _ in range(args.tool_runs - 1):
+    for repeat in range(1, args.tool_runs):
         for tool in times:
-            again = run_tool(tool, case, hints, work / case.name / f"{tool}.again", args.timeout)
+            again = run_tool(tool, case, hints, work / case.name / f"{tool}.again{repeat}", args.timeout)
             if again.ok and again.seconds is not None:
                 times[tool].append(again.seconds)
     for tool, seconds in times.items():
