@@ -50,7 +50,9 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
     the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
     """
     if not shapes:
-        return gs.import_onnx(model)
+        from gsrewrite.engine.fast_import import import_onnx
+
+        return import_onnx(model)
     from gsrewrite.simplifier.conversion import import_graph
 
     return import_graph(model)[0]

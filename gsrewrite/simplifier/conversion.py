@@ -22,6 +22,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
+from gsrewrite.engine.fast_import import import_onnx
 from gsrewrite.engine.graph import infer_shapes
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
     converted = len(model.graph.node) - len(nodes)
     big = {t.name: t for t in initializers if _data_bytes(t) > HIDDEN_FROM_INFERENCE}
     light = _light_copy(model, nodes, [t for t in initializers if t.name not in big], big)
-    graph = gs.import_onnx(infer_shapes(light))
+    graph = import_onnx(infer_shapes(light))
     if big:
         hidden = [t for t in graph.inputs if t.name in big and isinstance(t, gs.Variable)]
         for tensor in hidden:
