@@ -16,7 +16,7 @@ from typing import Any
 from onnx import AttributeProto, ModelProto, TensorShapeProto, TypeProto, ValueInfoProto
 
 from gsrewrite.model_io import load_model
-from gsrewrite.model_io.graph_walk import iter_graphs, iter_nodes, iter_tensors
+from gsrewrite.model_io.graph_walk import iter_graphs, iter_nodes, tensor_protos
 from gsrewrite.model_io.tensors import declared_nbytes, dtype_name, element_count, is_external
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -183,7 +183,7 @@ def _constant_size(attributes: Iterable[AttributeProto]) -> tuple[int, int]:
 def _external_data(model: ModelProto) -> tuple[int, list[str]]:
     """Bytes stored in external files, and the files' locations (relative to the model)."""
     total, files = 0, set()
-    for tensor, _ in iter_tensors(model):
+    for tensor in tensor_protos(model):
         if is_external(tensor):
             total += declared_nbytes(tensor)
             files.update(e.value for e in tensor.external_data if e.key == "location")

@@ -484,3 +484,27 @@ def test_unsorted_but_acyclic_graph_is_accepted() -> None:
     model = _rich_model()
     model.graph.node.reverse()
     check_structure(model)
+
+
+def test_tensor_protos_visits_what_iter_tensors_visits() -> None:
+    from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
+
+    def const(name: str, value: float) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.float32([value]), name))
+
+    branch = helper.make_graph([const("k", 1.0), helper.make_node("Add", ["k", "bw"], ["o"])], "branch", [],
+                               [helper.make_tensor_value_info("o", F, [1])],
+                               [numpy_helper.from_array(np.float32([2.0]), "bw")])
+    sparse = helper.make_sparse_tensor(numpy_helper.from_array(np.float32([5.0]), "sv"),
+                                       numpy_helper.from_array(np.int64([1]), "si"), [3])
+    graph = helper.make_graph(
+        [const("c", 3.0), helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch),
+         helper.make_node("Constant", [], ["s"], sparse_value=sparse)],
+        "g", [helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", F, [1])], [numpy_helper.from_array(np.float32([4.0]), "w")])
+    model = helper.make_model(graph, functions=[helper.make_function(
+        "local", "F", ["a"], ["b"], [const("fc", 6.0), helper.make_node("Add", ["a", "fc"], ["b"])],
+        [helper.make_opsetid("", 17)])])
+    fast = sorted(t.SerializeToString() for t in tensor_protos(model))
+    labelled = sorted(t.SerializeToString() for t, _ in iter_tensors(model))
+    assert fast == labelled and len(fast) == 9  # w, c, 2 x (bw, k), sparse values + indices, fc

@@ -17,7 +17,7 @@ from typing import BinaryIO
 from onnx import ModelProto, TensorProto
 
 from gsrewrite.errors import ExternalDataError, ModelTooLargeError
-from gsrewrite.model_io.graph_walk import iter_tensors
+from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.tensors import checked_nbytes, dtype_name, is_external
 
 _KNOWN_KEYS = {"location", "offset", "length", "checksum", "basepath"}
@@ -41,6 +41,8 @@ def external_refs(model: ModelProto, base_dir: str | None, max_tensor_bytes: int
     Raises ExternalDataError (missing or unsafe location, range outside the file, length that does not
     match the tensor) or ModelTooLargeError. Reads nothing but file metadata.
     """
+    if not any(is_external(tensor) for tensor in tensor_protos(model)):
+        return []
     refs = []
     for tensor, where in iter_tensors(model):
         if is_external(tensor):

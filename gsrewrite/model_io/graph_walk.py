@@ -98,6 +98,44 @@ def _attribute_tensors(nodes: Iterable[NodeProto], where: str) -> Iterator[tuple
                     yield from _sparse_parts(sparse, f"{label} [{k}]")
 
 
+def tensor_protos(model: ModelProto) -> Iterator[TensorProto]:
+    """The tensors of :func:`iter_tensors` without their descriptions: one pass over the nodes, nothing formatted
+    (for sums and scans; a check that fails looks the description up with :func:`iter_tensors`)."""
+    yield from _graph_tensors(model.graph)
+    for function in model.functions:
+        yield from _node_tensors(function.node)
+
+
+def _graph_tensors(graph: GraphProto) -> Iterator[TensorProto]:
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Iterable[NodeProto]) -> Iterator[TensorProto]:
+    for node in nodes:
+        for attr in node.attribute:
+            kind = attr.type
+            if kind == AttributeProto.TENSOR:
+                yield attr.t
+            elif kind == AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif kind == AttributeProto.SPARSE_TENSOR:
+                yield attr.sparse_tensor.values
+                yield attr.sparse_tensor.indices
+            elif kind == AttributeProto.SPARSE_TENSORS:
+                for sparse in attr.sparse_tensors:
+                    yield sparse.values
+                    yield sparse.indices
+            elif kind == AttributeProto.GRAPH:
+                yield from _graph_tensors(attr.g)
+            elif kind == AttributeProto.GRAPHS:
+                for graph in attr.graphs:
+                    yield from _graph_tensors(graph)
+
+
 def _sparse_parts(sparse: onnx.SparseTensorProto, label: str) -> Iterator[tuple[TensorProto, str]]:
     yield sparse.values, f"values of {label}"
     yield sparse.indices, f"indices of {label}"

@@ -22,7 +22,7 @@ from google.protobuf.message import EncodeError
 from onnx import ModelProto, TensorProto
 
 from gsrewrite.errors import OutputError
-from gsrewrite.model_io.graph_walk import iter_tensors
+from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.ir_version import clamp_ir_version
 from gsrewrite.model_io.tensors import declared_nbytes, is_external
 
@@ -110,7 +110,7 @@ def serialized_size(model: ModelProto) -> int:
     try:
         return model.ByteSize()
     except (EncodeError, ValueError):
-        tensor_bytes = sum(declared_nbytes(t) for t, _ in iter_tensors(model))
+        tensor_bytes = sum(declared_nbytes(t) for t in tensor_protos(model))
         return max(tensor_bytes, PROTOBUF_LIMIT + 1)
 
 
@@ -118,7 +118,7 @@ def stored_size(path: str | os.PathLike[str], model: ModelProto) -> int:
     """The bytes of the model read from ``path``, data included: the file's size, or the serialized size when
     the file is smaller than the tensors it holds (they were read from external data files)."""
     file_bytes = os.path.getsize(path)
-    if sum(declared_nbytes(t) for t, _ in iter_tensors(model)) > file_bytes:
+    if sum(declared_nbytes(t) for t in tensor_protos(model)) > file_bytes:
         return serialized_size(model)
     return file_bytes
 
@@ -133,7 +133,7 @@ def over_protobuf_limit(model: ModelProto, limit: int | None = None) -> bool:
     Cheap for the common case: the tensor payloads decide unless they come within 256 MB of the limit;
     only then does protobuf count the whole message (``ByteSize`` costs as much as serializing).
     """
-    tensor_bytes = sum(declared_nbytes(t) for t, _ in iter_tensors(model) if not is_external(t))
+    tensor_bytes = sum(declared_nbytes(t) for t in tensor_protos(model) if not is_external(t))
     return _over_limit(model, tensor_bytes, PROTOBUF_LIMIT if limit is None else limit)
 
 
@@ -178,6 +178,8 @@ def _same_file(a: str, b: str) -> bool:
 
 def _inline_tensor_bytes(model: ModelProto) -> int:
     """The bytes of the model's tensor payloads; refuses tensors whose data was never loaded."""
+    if not any(is_external(t) for t in tensor_protos(model)):
+        return sum(declared_nbytes(t) for t in tensor_protos(model))
     total = 0
     for tensor, where in iter_tensors(model):
         if is_external(tensor):
@@ -217,13 +219,13 @@ def _is_input_file(data_path: str, input_path: str) -> bool:
         source = onnx.load(input_path, load_external_data=False)
     except Exception:  # an unreadable input refers to no file we could overwrite
         return False
-    locations = {e.value for t, _ in iter_tensors(source) for e in t.external_data if e.key == "location"}
+    locations = {e.value for t in tensor_protos(source) for e in t.external_data if e.key == "location"}
     return os.path.basename(data_path) in {os.path.normpath(loc) for loc in locations}
 
 
 def _move_tensors(model: ModelProto, f: BinaryIO, location: str, size_threshold: int) -> None:
     """Append every raw tensor of at least ``size_threshold`` bytes to ``f`` and point the tensor at it."""
-    for tensor, _ in iter_tensors(model):
+    for tensor in tensor_protos(model):
         if not tensor.HasField("raw_data"):
             continue
         data = tensor.raw_data

@@ -13,8 +13,8 @@ import math
 
 from onnx import ModelProto, TensorProto, helper
 
-from gsrewrite.errors import InvalidModelError, ModelTooLargeError
-from gsrewrite.model_io.graph_walk import iter_tensors
+from gsrewrite.errors import InvalidModelError, ModelError, ModelTooLargeError
+from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 
 #: Largest single tensor (in bytes) load_model accepts unless told otherwise.
 DEFAULT_MAX_TENSOR_BYTES = 16 * 2**30
@@ -123,7 +123,15 @@ def check_tensors(model: ModelProto, *, max_tensor_bytes: int | None = None) -> 
     external file by :mod:`gsrewrite.model_io.external_data`.
     """
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes
-    for tensor, where in iter_tensors(model):
+    try:  # the common case, every tensor sound: no description is formatted
+        for tensor in tensor_protos(model):
+            checked_nbytes(tensor, "", cap)
+            if not is_external(tensor):
+                check_tensor_data(tensor, "")
+        return
+    except ModelError:
+        pass
+    for tensor, where in iter_tensors(model):  # again, to raise for the first bad tensor with its description
         checked_nbytes(tensor, where, cap)
         if not is_external(tensor):
             check_tensor_data(tensor, where)
