@@ -199,8 +199,12 @@ class ConstantPool:
 
     def _adopt(self, graph: gs.Graph) -> None:
         local = {id(n) for n in graph.nodes}
+        seen: set[int] = set()
         for node in graph.nodes:
             for tensor in node.inputs:
+                if id(tensor) in seen:  # a constant read by k nodes: its readers are checked once, not k times
+                    continue
+                seen.add(id(tensor))
                 if (isinstance(tensor, gs.Constant) and len(tensor.shape) <= 1 and math.prod(tensor.shape) <= self.SMALL
                         and all(id(c) in local for c in tensor.outputs)):
                     value = np.asarray(tensor.values)
