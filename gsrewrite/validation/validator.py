@@ -14,7 +14,7 @@ from gsrewrite.validation.inputs import generate_inputs, plan_inputs
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, open_session, resolve_model
-from gsrewrite.validation.shapes import GROWN_DEFAULTS, OTHER_DEFAULT, ShapeSpec
+from gsrewrite.validation.shapes import GROWN_DEFAULTS, OTHER_DEFAULT, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
 
 log = logging.getLogger(__name__)
@@ -182,11 +182,11 @@ def _small_inputs(specs: list[Any], original: ModelSource, inputs: InputSource |
     Unknown sizes count as large."""
     if inputs is not None:
         return False
-    try:
-        plans = plan_inputs(original.proto, specs, input_shapes, GROWN_DEFAULTS[-1])
+    try:  # the shapes alone: the value ranges (a walk over the graph) are planned once, for the real inputs
+        shapes = resolve_shapes(specs, input_shapes, GROWN_DEFAULTS[-1])
     except (InputDataError, UsageError):
         return False
-    return sum(int(np.prod(p.shape)) for p in plans) <= SMALL_INPUT_ELEMENTS
+    return sum(int(np.prod(shape)) for shape in shapes.values()) <= SMALL_INPUT_ELEMENTS
 
 
 def _elements(described: dict[str, dict[str, Any]]) -> int:
