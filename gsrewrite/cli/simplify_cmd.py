@@ -45,7 +45,8 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
 
     --input-shape NAME:1x128 (or DIM=1) also fixes those dims in the result, so that more folds.
     """
-    from gsrewrite.model_io import check_output_path, save_model, stored_size
+    from gsrewrite.cli._background_save import save_while
+    from gsrewrite.model_io import check_output_path, stored_size
     from gsrewrite.simplifier import simplify as run_simplify
 
     check_output_path(output, input_path=model, in_place=in_place)
@@ -54,11 +55,14 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
                               input_shapes=validation.get("input_shapes"), downcast=downcast,
                               validate=validate, validation_options=validation, keep_metadata=keep_metadata)
     extracted = _extractions(result.model, constants, ops, output, model)
-    size = save_model(result.model, output, input_path=model, in_place=in_place,
-                      external_data=external_data or None, size_threshold=size_threshold,
-                      serialized=result.serialized)
+    def original_stats() -> None:  # the table's "before" column, computed while the output is written
+        result.note_size(result.original, stored_size(model, result.original))
+        result.before  # noqa: B018 - computed (and cached) now
+
+    size, _ = save_while(original_stats, result.model, output, input_path=model, in_place=in_place,
+                         external_data=external_data or None, size_threshold=size_threshold,
+                         serialized=result.serialized)
     result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
-    result.note_size(result.original, stored_size(model, result.original))
     written = [_write(path, payload, model) for path, payload in extracted]
     _report(result, written, as_json)
 
