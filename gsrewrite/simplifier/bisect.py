@@ -42,23 +42,32 @@ class Rejected:
 class Checker:
     """Compares candidates with ``original`` (``options``: keyword arguments of :func:`gsrewrite.validate`).
 
-    The original runs on a worker thread from construction on (while the passes run); the first comparison
-    waits for it.
+    The original runs on a worker thread from :meth:`start` on (called when a pass first changes the model, so
+    that it overlaps the rest of the passes; a model nothing changes costs no onnxruntime session); the first
+    comparison starts it if nobody did, and waits for it.
     """
 
     def __init__(self, original: Any, options: dict[str, Any]) -> None:
         """``original``: a ModelProto, or a :class:`~gsrewrite.validation.runner.ModelSource` (e.g. its file)."""
-        from gsrewrite.validation.background import BackgroundValidator
-
-        self._pending = BackgroundValidator(original, **options)
+        self._original, self._options = original, options
+        self._pending: Any = None
         self._validator: Any = None
         self._last: tuple[onnx.ModelProto, bytes | None] | None = None
 
+    def start(self) -> None:
+        """Start the reference run on a worker thread (once)."""
+        if self._pending is None:
+            from gsrewrite.validation.background import BackgroundValidator
+
+            self._pending = BackgroundValidator(self._original, **self._options)
+
     def close(self) -> None:
-        """Wait for the reference run when no comparison will need it (errors are not raised)."""
-        self._pending.join()
+        """Wait for the reference run, if started, when no comparison will need it (errors are not raised)."""
+        if self._pending is not None:
+            self._pending.join()
 
     def _ready(self) -> Any:
+        self.start()
         if self._validator is None:
             try:
                 self._validator = self._pending.get()

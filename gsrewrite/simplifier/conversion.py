@@ -14,7 +14,7 @@ exported ModelProto receives the original's IR version, opsets, producer, metada
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import onnx
@@ -33,12 +33,14 @@ HIDDEN_FROM_INFERENCE = 1024
 _MODEL_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
 
 
-def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
+def import_graph(model: onnx.ModelProto, on_change: Callable[[], None] | None = None) -> tuple[gs.Graph, int]:
     """``model``'s graph in onnx-graphsurgeon, with the dtypes and shapes ONNX shape inference finds, and the
     number of top-level ``Constant`` nodes that were turned into initializers on the way (cheaper here than
-    as graphsurgeon nodes)."""
+    as graphsurgeon nodes; ``on_change`` is called as soon as there is one)."""
     initializers, nodes = _constants_as_initializers(model.graph)
     converted = len(model.graph.node) - len(nodes)
+    if converted and on_change is not None:
+        on_change()
     big = {t.name: t for t in initializers if _data_bytes(t) > HIDDEN_FROM_INFERENCE}
     light = _light_copy(model, nodes, [t for t in initializers if t.name not in big], big)
     graph = import_onnx(infer_shapes(light))

@@ -61,11 +61,14 @@ def simplify(
     start = time.perf_counter()
     if max_fold_bytes < 0 or max_rounds < 1:
         raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
-    run = _Run(_as_model(model), input_shapes, max_rounds, keep_metadata, on_change)
+    original = _as_model(model)
+    checker = Checker(_reference(model, original), _validation_options(validation_options, input_shapes)) \
+        if validate else None
+    if checker is not None and _likely_to_change(original):
+        checker.start()  # at once: the reference run overlaps all of the passes
+    run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
-    checker = Checker(_reference(model, run.original), _validation_options(validation_options, input_shapes)) \
-        if validate else None
     out, counts, rounds = run(passes)
     result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
                             run.original, rounds)
@@ -101,9 +104,7 @@ class _Run:
 
     def _simplified(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         working = with_input_shapes(self.original, self.input_shapes)
-        graph, constant_nodes = import_graph(working)
-        if constant_nodes and self.on_change is not None:
-            self.on_change()
+        graph, constant_nodes = import_graph(working, self.on_change)
         graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds, self.on_change)
         if constant_nodes:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
@@ -112,6 +113,30 @@ class _Run:
         out = export_model(graph, working, value_info=self.value_info)
         restore_interface(out, self.original, keep_io=not self.input_shapes, keep_metadata=self.keep_metadata)
         return out, dict(counts), rounds
+
+
+#: Ops that the passes usually remove or fold: a model with any of them starts its reference run before the
+#: passes run; others (an already simplified CNN) when a pass first changes something, if ever. Only the
+#: timing depends on this guess, never the result.
+_USUAL_WORK = frozenset({"Constant", "Identity", "Dropout", "BatchNormalization", "Shape", "ConstantOfShape", "Cast",
+                         "Reshape", "Squeeze", "Unsqueeze", "Expand", "Concat", "Range"})
+
+
+def _likely_to_change(model: onnx.ModelProto) -> bool:
+    return any(node.op_type in _USUAL_WORK for node in model.graph.node)
+
+
+def _on_change(caller: Callable[[], None] | None, checker: Checker | None) -> Callable[[], None] | None:
+    """What to call when a pass changes the model: start the reference run, then the caller's hook."""
+    hooks = [hook for hook in (checker.start if checker is not None else None, caller) if hook is not None]
+    if not hooks:
+        return None
+
+    def changed() -> None:
+        for hook in hooks:
+            hook()
+
+    return changed
 
 
 def _as_model(model: ModelArg) -> onnx.ModelProto:

@@ -125,7 +125,13 @@ def test_selection_errors_name_the_known_passes():
         PassRegistry().add(object(), name="x")
 
 
-def test_nothing_to_do_is_not_validated():
+def test_nothing_to_do_is_not_validated(monkeypatch):
+    import onnxruntime
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("an onnxruntime session was created for a model nothing changed")
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", no_session)
     model = model_from_text("""
     g (float[2, 3] x) => (float[2, 3] y) {
         y = Relu (x)
@@ -133,6 +139,35 @@ def test_nothing_to_do_is_not_validated():
     result = simplify(model)
     assert not result.changed and result.validation is None and not result.counts
     assert result.after.size <= result.before.size
+
+
+def test_the_reference_run_starts_with_the_first_change(monkeypatch):
+    """A model without the usual cleanup work starts its reference run only when a pass changes something."""
+    from gsrewrite.simplifier import bisect, driver
+
+    events = []
+    start, run_once = bisect.Checker.start, driver._run_once
+    monkeypatch.setattr(bisect.Checker, "start", lambda self: events.append("start") or start(self))
+
+    def logged(graph, pass_):
+        outcome = run_once(graph, pass_)
+        events.append(f"{pass_.name}:{outcome[1]}")
+        return outcome
+
+    monkeypatch.setattr(driver, "_run_once", logged)
+    text = """
+    g (float[2, 3] x) => (float[2, 3] y) {
+        a = Relu (x)
+        b = Relu (x)
+        y = Add (a, b)
+    }"""
+    result = simplify(model_from_text(text), only=["eliminate-noops", "eliminate-common-subexpressions"])
+    assert result.changed and result.validation.ok
+    assert events[:3] == ["eliminate-noops:0", "eliminate-common-subexpressions:1", "start"]
+    events.clear()
+    with_identity = text.replace("a = Relu (x)", "i = Identity (x)  a = Relu (i)")
+    simplify(model_from_text(with_identity), only=["eliminate-noops", "eliminate-common-subexpressions"])
+    assert events[0] == "start"  # usual cleanup work ahead: started before the passes
 
 
 def test_debug_metadata_is_dropped_unless_kept():
