@@ -41,10 +41,12 @@ def optimize(
     original = _as_model(model)
     if source_path is None and isinstance(model, (str, os.PathLike)):
         source_path = model
-    # the reference run starts as soon as a cleanup pass changes something, to overlap the rest of the cleanup
-    # and the fusions; when nothing changes, validation waits for a fusion to change something: a model that
-    # nothing applies to comes back as it was, without an onnxruntime session
+    # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
+    # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
+    # a model that nothing applies to comes back as it was, without an onnxruntime session
     reference_run = _ReferenceRun(original, validation_options, source_path) if validate else None
+    if reference_run is not None and simplify and _has_cleanup_work(original):
+        reference_run.start()  # at once: overlaps all of the cleanup
     try:
         working = _simplified(original, simplify_options or {},
                               reference_run.start if reference_run is not None else None) if simplify else original
@@ -57,6 +59,12 @@ def optimize(
                          reference=original if working is not original else None, source_path=source_path,
                          eager_validation=working is not original,
                          pending=reference_run.pending if reference_run is not None else None)
+
+
+def _has_cleanup_work(model: onnx.ModelProto) -> bool:
+    from gsrewrite.simplifier.pipeline import likely_to_change
+
+    return likely_to_change(model)
 
 
 class _ReferenceRun:

@@ -64,7 +64,7 @@ def simplify(
     original = _as_model(model)
     checker = Checker(_reference(model, original), _validation_options(validation_options, input_shapes)) \
         if validate else None
-    if checker is not None and _likely_to_change(original):
+    if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
     run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
     registry = registry if registry is not None else default_pass_registry()
@@ -118,11 +118,12 @@ class _Run:
 #: Ops that the passes usually remove or fold: a model with any of them starts its reference run before the
 #: passes run; others (an already simplified CNN) when a pass first changes something, if ever. Only the
 #: timing depends on this guess, never the result.
-_USUAL_WORK = frozenset({"Constant", "Identity", "Dropout", "BatchNormalization", "Shape", "ConstantOfShape", "Cast",
-                         "Reshape", "Squeeze", "Unsqueeze", "Expand", "Concat", "Range"})
+_USUAL_WORK = frozenset({"Constant", "Identity", "Dropout", "BatchNormalization", "Shape", "ConstantOfShape",
+                         "Range"})
 
 
-def _likely_to_change(model: onnx.ModelProto) -> bool:
+def likely_to_change(model: onnx.ModelProto) -> bool:
+    """Whether the main graph has ops the passes usually remove or fold (a guess that only decides timing)."""
     return any(node.op_type in _USUAL_WORK for node in model.graph.node)
 
 
