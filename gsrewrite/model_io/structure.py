@@ -64,23 +64,30 @@ def _check_body(body: _Body, outer: frozenset[str]) -> set[str]:
     """Check one graph; return the outer-scope names it reads."""
     declared = _declared_names(body)
     producers = _producers(body, declared)
-    local = outer | declared | producers.keys()
+    local: frozenset[str] | None = None  # names visible to subgraphs: built when the first one is met
     free: set[str] = set()
-    deps: list[set[int]] = []
+    deps: list[list[int]] = []
+    ordered = True  # every read produced by an earlier node: the order is topological, so no cycle
     for i, node in enumerate(body.nodes):
         reads = [name for name in node.input if name]
         for attr_name, sub in node_subgraphs(node):
+            if local is None:
+                local = outer | declared | producers.keys()
             where = f"subgraph '{attr_name}' of node {node_label(node, i)} in {body.where}"
             reads.extend(sorted(_check_body(_Body.of_graph(sub, where, nested=True), local)))
-        deps.append(set())
+        node_deps = []
         for name in reads:
-            if name in producers:
-                deps[i].add(producers[name])
+            producer = producers.get(name)
+            if producer is not None:
+                node_deps.append(producer)
+                ordered = ordered and producer < i
             elif name not in declared:
                 _require_outer(name, outer, f"node {node_label(node, i)} in {body.where} reads", body)
                 free.add(name)
+        deps.append(node_deps)
     _check_outputs(body, declared, producers, outer, free)
-    _check_acyclic(body, deps)
+    if not ordered:
+        _check_acyclic(body, [set(d) for d in deps])
     return free
 
 
