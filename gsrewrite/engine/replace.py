@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.contrib_shapes import annotate
 from gsrewrite.engine.graph import NameSource
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
@@ -50,6 +51,7 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
         attrs = {**inherited.get(tn.label, {}), **resolve_attributes(tn, match)}
         node = gs.Node(op=tn.op, name=names(stamp if single else f"{stamp}/{tn.label}"), attrs=attrs,
                        inputs=inputs, outputs=outputs, domain=tn.domain or None)
+        annotate(node)  # contrib ops: type new outputs for the checks of later sweeps
         graph.nodes.append(node)
         added.append(node)
     return added

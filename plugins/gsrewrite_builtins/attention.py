@@ -251,6 +251,10 @@ def even_qkv_split(match: Match) -> str | None:
     sizes = node.attrs.get("split")
     if sizes is not None and len(set(int(s) for s in sizes)) != 1:
         return f"the split sizes {list(sizes)} are not equal"
+    bias = match.constant("b")
+    if bias is None or bias.shape != (weight.shape[1],):
+        found = list(bias.shape) if bias is not None else None
+        return f"the projection bias has shape {found}, not [{weight.shape[1]}]"
     shape = match.shape("x")
     if shape is None or len(shape) != 3 or shape[-1] != weight.shape[0]:
         return f"the attention input has shape {shape}, not [batch, sequence, {weight.shape[0]}]"

@@ -19,13 +19,14 @@ def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
         attention_mask,
         embeddings,
         grouped_attention,
+        linear,
         pattern_checks,
         pattern_computations,
         rotary,
     )
 
     for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings,
-                   grouped_attention, rotary):
+                   grouped_attention, linear, rotary):
         for name, check in getattr(module, "CHECKS", {}).items():
             registry.add_check(name, check)
         for name, compute in getattr(module, "COMPUTATIONS", {}).items():
