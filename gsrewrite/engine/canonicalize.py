@@ -23,7 +23,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
 from gsrewrite.engine.fold import fold_constants
-from gsrewrite.engine.graph import is_empty
+from gsrewrite.engine.graph import is_empty, is_sorted
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,9 @@ def canonicalize(graph: gs.Graph) -> gs.Graph:
         _canonical_operands(node, opset)
         _fill_defaults(node, opset)
         _negative_axes(node, opset)
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    graph.cleanup(remove_unused_graph_inputs=False)
+    if not is_sorted(graph):  # an imported model usually is: onnx-graphsurgeon's toposort is not cheap
+        graph.toposort()
     return graph
 
 

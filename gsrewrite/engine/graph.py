@@ -168,3 +168,16 @@ def _names_in_use(graph: gs.Graph) -> set[str]:
         for sub in node.subgraphs():
             taken |= _names_in_use(sub)
     return taken
+
+
+def is_sorted(graph: gs.Graph) -> bool:
+    """True when every node comes after the producers of its inputs (subgraphs included)."""
+    local = {id(t) for n in graph.nodes for t in n.outputs}
+    produced: set[int] = set()
+    for node in graph.nodes:
+        if any(id(t) in local and id(t) not in produced for t in node.inputs):
+            return False
+        if may_hold_subgraphs(node) and any(not is_sorted(sub) for sub in node.subgraphs()):
+            return False
+        produced.update(id(t) for t in node.outputs)
+    return True

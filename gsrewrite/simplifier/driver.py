@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.canonicalize import constants_from_nodes
-from gsrewrite.engine.graph import may_hold_subgraphs
+from gsrewrite.engine.graph import is_sorted
 from gsrewrite.errors import GsrewriteError, PluginError
 from gsrewrite.protocols import GraphPass
 
@@ -61,19 +61,6 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds:
             return graph, counts, round_
     log.warning("simplify did not reach a fixed point in %d rounds", max_rounds)
     return graph, counts, max_rounds
-
-
-def is_sorted(graph: gs.Graph) -> bool:
-    """True when every node comes after the producers of its inputs (subgraphs included)."""
-    local = {id(t) for n in graph.nodes for t in n.outputs}
-    produced: set[int] = set()
-    for node in graph.nodes:
-        if any(id(t) in local and id(t) not in produced for t in node.inputs):
-            return False
-        if may_hold_subgraphs(node) and any(not is_sorted(sub) for sub in node.subgraphs()):
-            return False
-        produced.update(id(t) for t in node.outputs)
-    return True
 
 
 def _constants_from_nodes(graph: gs.Graph) -> int:
