@@ -181,3 +181,43 @@ def is_sorted(graph: gs.Graph) -> bool:
             return False
         produced.update(id(t) for t in node.outputs)
     return True
+
+
+def toposort(graph: gs.Graph) -> gs.Graph:
+    """Sort ``graph``'s nodes so that every node follows the producers of its inputs, keeping the current order
+    wherever it already is one (a node's producers that come later are pulled in just ahead of it). Graphs whose
+    nodes may
+    hold subgraphs (their outer-scope reads are dependencies too), and cyclic ones, go to onnx-graphsurgeon's
+    toposort."""
+    nodes = graph.nodes
+    if any(may_hold_subgraphs(node) for node in nodes):
+        return graph.toposort()
+    index = {id(node): i for i, node in enumerate(nodes)}
+    state = [0] * len(nodes)  # 0 new, 1 on the DFS stack, 2 placed
+    order: list[gs.Node] = []
+    for start in range(len(nodes)):
+        if state[start]:
+            continue
+        state[start] = 1
+        stack = [(start, 0)]  # (node index, next input to look at): iterative DFS, producers first
+        while stack:
+            i, k = stack.pop()
+            inputs = nodes[i].inputs
+            while k < len(inputs):
+                producer = inputs[k].inputs[0] if inputs[k].inputs else None
+                k += 1
+                j = index.get(id(producer)) if producer is not None else None
+                if j is None or state[j] == 2:
+                    continue
+                if state[j] == 1:  # a cycle: let onnx-graphsurgeon report it
+                    return graph.toposort()
+                state[j] = 1
+                stack.append((i, k))
+                stack.append((j, 0))
+                break
+            else:
+                state[i] = 2
+                order.append(nodes[i])
+    if any(a is not b for a, b in zip(order, nodes, strict=True)):
+        graph.nodes = order
+    return graph

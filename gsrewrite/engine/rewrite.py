@@ -18,7 +18,7 @@ from typing import Any
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.dedupe import merge_added_duplicates
-from gsrewrite.engine.graph import NameSource
+from gsrewrite.engine.graph import NameSource, toposort
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
 from gsrewrite.engine.replace import replace_match
@@ -88,7 +88,7 @@ class RewritePass:
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
         if result.modified:
-            graph.cleanup(remove_unused_graph_inputs=False).toposort()
+            toposort(graph.cleanup(remove_unused_graph_inputs=False))
             if merge_added_duplicates(graph, added):
                 graph.cleanup(remove_unused_graph_inputs=False)
         return result

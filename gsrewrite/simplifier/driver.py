@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.canonicalize import constants_from_nodes
-from gsrewrite.engine.graph import is_sorted
+from gsrewrite.engine.graph import is_sorted, toposort
 from gsrewrite.errors import GsrewriteError, PluginError
 from gsrewrite.protocols import GraphPass
 
@@ -39,7 +39,7 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds:
     for g in _graphs(graph):
         counts[CONSTANT_NODES] += _constants_from_nodes(g)
     if not is_sorted(graph):
-        graph.toposort()
+        toposort(graph)
     counts = +counts
     if counts and on_change is not None:
         on_change()

@@ -17,12 +17,13 @@ from typing import Any
 import onnx
 
 from gsrewrite.engine.fold import DEFAULT_MAX_BYTES
+from gsrewrite.engine.graph import is_sorted, toposort
 from gsrewrite.errors import UsageError
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.protocols import GraphPass
 from gsrewrite.simplifier.bisect import Checker, validate_and_bisect
 from gsrewrite.simplifier.conversion import export_model, import_graph
-from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, is_sorted, run_to_fixed_point
+from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
 from gsrewrite.simplifier.passes.base import SimplifyOptions
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
@@ -109,7 +110,7 @@ class _Run:
         if constant_nodes:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
         if not is_sorted(graph):
-            graph.toposort()
+            toposort(graph)
         out = export_model(graph, working, value_info=self.value_info)
         restore_interface(out, self.original, keep_io=not self.input_shapes, keep_metadata=self.keep_metadata)
         return out, dict(counts), rounds

@@ -1,0 +1,52 @@
+"""engine.graph.toposort: producers first, the given order kept where it already is one."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import onnx_graphsurgeon as gs
+import pytest
+
+from gsrewrite.engine.graph import is_sorted, toposort
+
+
+def _chain_graph(length: int) -> gs.Graph:
+    x = gs.Variable("x", np.float32, [2])
+    nodes, current = [], x
+    for i in range(length):
+        out = gs.Variable(f"t{i}", np.float32, [2])
+        side = gs.Variable(f"s{i}", np.float32, [2])  # a second consumer of every link
+        nodes += [gs.Node("Relu", inputs=[current], outputs=[out]), gs.Node("Neg", inputs=[current], outputs=[side])]
+        current = out
+    return gs.Graph(nodes=nodes, inputs=[x], outputs=[current], opset=17)
+
+
+def test_shuffled_graphs_are_sorted_and_keep_every_node():
+    graph = _chain_graph(300)  # deeper than the recursion a naive DFS could afford
+    original = list(graph.nodes)
+    for seed in range(3):
+        shuffled = original[:]
+        random.Random(seed).shuffle(shuffled)
+        graph.nodes = shuffled
+        toposort(graph)
+        assert is_sorted(graph) and {id(n) for n in graph.nodes} == {id(n) for n in original}
+
+
+def test_a_sorted_order_is_kept_and_only_misplaced_nodes_move():
+    graph = _chain_graph(5)
+    original = list(graph.nodes)
+    toposort(graph)
+    assert all(a is b for a, b in zip(graph.nodes, original, strict=True))
+    graph.nodes = [original[2], *original[:2], *original[3:]]  # Relu of t0 moved ahead of its producer
+    toposort(graph)  # its producer is pulled in just ahead of it; the rest keeps its order
+    expected = [original[0], original[2], original[1], *original[3:]]
+    assert all(a is b for a, b in zip(graph.nodes, expected, strict=True))
+
+
+def test_a_cycle_is_left_to_onnx_graphsurgeon():
+    a, b = gs.Variable("a", np.float32, [1]), gs.Variable("b", np.float32, [1])
+    graph = gs.Graph(nodes=[gs.Node("Relu", inputs=[a], outputs=[b]), gs.Node("Relu", inputs=[b], outputs=[a])],
+                     opset=17)
+    with pytest.raises(Exception, match=r"(?i)cycle"):
+        toposort(graph)
