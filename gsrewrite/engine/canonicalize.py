@@ -23,7 +23,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
 from gsrewrite.engine.fold import fold_constants
-from gsrewrite.engine.graph import is_empty, is_sorted, toposort
+from gsrewrite.engine.graph import cleanup, is_empty, is_sorted, toposort
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def canonicalize(graph: gs.Graph) -> gs.Graph:
         _canonical_operands(node, opset)
         _fill_defaults(node, opset)
         _negative_axes(node, opset)
-    graph.cleanup(remove_unused_graph_inputs=False)
+    cleanup(graph)
     if not is_sorted(graph):  # an imported model usually is
         toposort(graph)
     return graph

@@ -221,3 +221,33 @@ def toposort(graph: gs.Graph) -> gs.Graph:
     if any(a is not b for a, b in zip(order, nodes, strict=True)):
         graph.nodes = order
     return graph
+
+
+def cleanup(graph: gs.Graph) -> gs.Graph:
+    """``graph.cleanup(remove_unused_graph_inputs=False)``: drop (and disconnect) the nodes no graph output
+    depends on. Done here for graphs without subgraphs or local functions (several times faster); others go to
+    onnx-graphsurgeon."""
+    nodes = graph.nodes
+    if graph.functions or any(may_hold_subgraphs(node) for node in nodes):
+        return graph.cleanup(remove_unused_graph_inputs=False)
+    for tensor in graph.inputs:
+        tensor.inputs.clear()  # a graph input has no producer (as onnx-graphsurgeon's cleanup makes sure)
+    used: set[int] = set()
+    pending = [tensor for tensor in graph.outputs]
+    while pending:
+        tensor = pending.pop()
+        for producer in tensor.inputs:
+            if id(producer) not in used:
+                used.add(id(producer))
+                pending.extend(producer.inputs)
+    if len(used) == len(nodes):
+        return graph
+    kept = []
+    for node in nodes:
+        if id(node) in used:
+            kept.append(node)
+        else:
+            node.inputs.clear()
+            node.outputs.clear()
+    graph.nodes = kept
+    return graph

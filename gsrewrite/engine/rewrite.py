@@ -18,7 +18,7 @@ from typing import Any
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.dedupe import merge_added_duplicates
-from gsrewrite.engine.graph import NameSource, toposort
+from gsrewrite.engine.graph import NameSource, cleanup, toposort
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
 from gsrewrite.engine.replace import replace_match
@@ -88,9 +88,9 @@ class RewritePass:
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
         if result.modified:
-            toposort(graph.cleanup(remove_unused_graph_inputs=False))
+            toposort(cleanup(graph))
             if merge_added_duplicates(graph, added):
-                graph.cleanup(remove_unused_graph_inputs=False)
+                cleanup(graph)
         return result
 
     def _compile(self, opset: int, skipped: dict[str, str]) -> list[tuple[int, Pattern, Any]]:

@@ -1,4 +1,4 @@
-"""engine.graph.toposort: producers first, the given order kept where it already is one."""
+"""engine.graph.toposort (producers first, the given order kept where it is one) and cleanup (dead nodes out)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
 
-from gsrewrite.engine.graph import is_sorted, toposort
+from gsrewrite.engine.graph import cleanup, is_sorted, toposort
 
 
 def _chain_graph(length: int) -> gs.Graph:
@@ -50,3 +50,15 @@ def test_a_cycle_is_left_to_onnx_graphsurgeon():
                      opset=17)
     with pytest.raises(Exception, match=r"(?i)cycle"):
         toposort(graph)
+
+
+def test_cleanup_drops_and_disconnects_what_no_output_needs_like_onnx_graphsurgeon():
+    ours, theirs = _chain_graph(6), _chain_graph(6)
+    for graph in (ours, theirs):
+        graph.outputs = [graph.nodes[4].outputs[0]]  # t2: the links after it and every side Neg are dead
+    cleanup(ours)
+    theirs.cleanup(remove_unused_graph_inputs=False)
+    assert [n.name for n in ours.nodes] == [n.name for n in theirs.nodes] and len(ours.nodes) == 3
+    assert gs.export_onnx(ours, do_type_check=False) == gs.export_onnx(theirs, do_type_check=False)
+    dead_input = ours.inputs[0]
+    assert all(id(n) in {id(k) for k in ours.nodes} for n in dead_input.outputs)  # dead readers disconnected
