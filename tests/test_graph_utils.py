@@ -62,3 +62,32 @@ def test_cleanup_drops_and_disconnects_what_no_output_needs_like_onnx_graphsurge
     assert gs.export_onnx(ours, do_type_check=False) == gs.export_onnx(theirs, do_type_check=False)
     dead_input = ours.inputs[0]
     assert all(id(n) in {id(k) for k in ours.nodes} for n in dead_input.outputs)  # dead readers disconnected
+
+
+def test_to_model_keeps_everything_but_the_graph_from_the_original():
+    import onnx
+    from onnx import helper
+
+    from gsrewrite.engine.fast_import import import_onnx
+    from gsrewrite.engine.graph import to_model
+
+    function = helper.make_function("local", "F", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                                    [helper.make_opsetid("", 17)])
+    original = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "main",
+                          [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, [2])],
+                          doc_string="graph doc"),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)], functions=[function],
+        producer_name="exporter", producer_version="1.2", doc_string="model doc", model_version=7)
+    helper.set_model_props(original, {"author": "me"})
+    graph = import_onnx(original)
+    graph.nodes.append(gs.Node("Neg", inputs=[graph.outputs[0]], outputs=[gs.Variable("z", np.float32, [2])]))
+    graph.outputs.append(graph.nodes[-1].outputs[0])
+    model = to_model(graph, original)
+    assert [n.op_type for n in model.graph.node] == ["Relu", "Neg"] and model.graph.name == "main"
+    assert (model.producer_name, model.producer_version, model.doc_string, model.model_version) == \
+        ("exporter", "1.2", "model doc", 7)
+    assert model.graph.doc_string == "graph doc" and [p.key for p in model.metadata_props] == ["author"]
+    assert [f.name for f in model.functions] == ["F"] and model.ir_version == original.ir_version
+    assert {(o.domain, o.version) for o in model.opset_import} == {("", 17), ("local", 1)}
+    onnx.checker.check_model(model)

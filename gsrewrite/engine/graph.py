@@ -60,13 +60,24 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
 
 def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions."""
-    exported = gs.export_onnx(graph, do_type_check=False)
-    model = onnx.ModelProto()
-    model.CopyFrom(original)
-    model.graph.CopyFrom(exported.graph)
+    model = gs.export_onnx(graph, do_type_check=False)
+    exported_opsets = list(model.opset_import)
+    # every field but the graph from the original; the exported graph stays where it is (no copy of the weights)
+    for field, _value in model.ListFields():
+        if field.name != "graph":
+            model.ClearField(field.name)
+    for field, value in original.ListFields():
+        if field.name == "graph":
+            continue
+        if field.is_repeated:
+            getattr(model, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(model, field.name).CopyFrom(value)
+        else:
+            setattr(model, field.name, value)
     model.graph.name = original.graph.name
     model.graph.doc_string = original.graph.doc_string
-    _merge_opsets(model, exported.opset_import)
+    _merge_opsets(model, exported_opsets)
     return model
 
 
