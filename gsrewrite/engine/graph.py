@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
+from onnx_graphsurgeon.ir.tensor import SparseValues
 
 from gsrewrite.model_io.saving import over_protobuf_limit
 
@@ -60,13 +62,8 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
 
 def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions."""
-    model = gs.export_onnx(graph, do_type_check=False)
-    exported_opsets = list(model.opset_import)
-    # every field but the graph from the original; the exported graph stays where it is (no copy of the weights)
-    for field, _value in model.ListFields():
-        if field.name != "graph":
-            model.ClearField(field.name)
-    for field, value in original.ListFields():
+    model = onnx.ModelProto()
+    for field, value in original.ListFields():  # every field but the graph, from the original
         if field.name == "graph":
             continue
         if field.is_repeated:
@@ -75,10 +72,28 @@ def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
             getattr(model, field.name).CopyFrom(value)
         else:
             setattr(model, field.name, value)
+    write_graph(graph, model.graph)
     model.graph.name = original.graph.name
     model.graph.doc_string = original.graph.doc_string
-    _merge_opsets(model, exported_opsets)
+    _merge_opsets(model, update_import_domains(graph))
     return model
+
+
+def write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
+    """onnx-graphsurgeon's ``export_graph``, written straight into ``target`` (the weights are copied once)."""
+    target.node.extend(OnnxExporter.export_node(n) for n in graph.nodes)
+    target.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
+    target.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
+    tensors = graph.tensors()
+    for tensor in tensors.values():
+        if isinstance(tensor, gs.Constant) and isinstance(tensor._values, SparseValues):
+            target.sparse_initializer.append(OnnxExporter.export_sparse_tensor_proto(tensor))
+        elif isinstance(tensor, gs.Constant):
+            target.initializer.append(OnnxExporter.export_tensor_proto(tensor))
+    interface = {t.name for t in (*graph.inputs, *graph.outputs)}
+    target.value_info.extend(OnnxExporter.export_value_info_proto(t, False) for name, t in tensors.items()
+                             if isinstance(t, gs.Variable) and name not in interface
+                             and (t.dtype is not None or t.shape is not None))
 
 
 def _merge_opsets(model: onnx.ModelProto, exported: Iterable[onnx.OperatorSetIdProto]) -> None:

@@ -19,11 +19,11 @@ from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
-from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
+from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.engine.fast_import import import_onnx
-from gsrewrite.engine.graph import infer_shapes
+from gsrewrite.engine.graph import infer_shapes, write_graph
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto,
     for name in _MODEL_FIELDS:
         if original.HasField(name):
             setattr(model, name, getattr(original, name))
-    _write_graph(graph, model.graph)
+    write_graph(graph, model.graph)
     model.graph.name = original.graph.name
     if original.graph.doc_string:
         model.graph.doc_string = original.graph.doc_string
@@ -154,23 +154,6 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto,
     model.functions.extend(original.functions)
     model.training_info.extend(original.training_info)
     return model
-
-
-def _write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
-    """onnx-graphsurgeon's ``export_graph``, written straight into ``target`` (the weights are copied once)."""
-    target.node.extend(OnnxExporter.export_node(n) for n in graph.nodes)
-    target.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
-    target.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
-    tensors = graph.tensors()
-    for tensor in tensors.values():
-        if isinstance(tensor, gs.Constant) and isinstance(tensor._values, SparseValues):
-            target.sparse_initializer.append(OnnxExporter.export_sparse_tensor_proto(tensor))
-        elif isinstance(tensor, gs.Constant):
-            target.initializer.append(OnnxExporter.export_tensor_proto(tensor))
-    interface = {t.name for t in (*graph.inputs, *graph.outputs)}
-    target.value_info.extend(OnnxExporter.export_value_info_proto(t, False) for name, t in tensors.items()
-                             if isinstance(t, gs.Variable) and name not in interface
-                             and (t.dtype is not None or t.shape is not None))
 
 
 def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
