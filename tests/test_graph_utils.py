@@ -91,3 +91,22 @@ def test_to_model_keeps_everything_but_the_graph_from_the_original():
     assert [f.name for f in model.functions] == ["F"] and model.ir_version == original.ir_version
     assert {(o.domain, o.version) for o in model.opset_import} == {("", 17), ("local", 1)}
     onnx.checker.check_model(model)
+
+
+def test_constant_values_leave_file_backed_weights_lazy():
+    from onnx import numpy_helper
+    from onnx_graphsurgeon.ir.tensor import LazyValues
+
+    from gsrewrite.engine.graph import constant_values
+
+    proto = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    weight = gs.Constant("w", LazyValues(proto))
+    first = constant_values(weight)
+    assert first.tolist() == [[0, 1, 2], [3, 4, 5]] and isinstance(weight._values, LazyValues)
+    assert constant_values(weight) is first  # loaded once
+    graph = gs.Graph(nodes=[gs.Node("Relu", inputs=[weight], outputs=[gs.Variable("y", np.float32, [2, 3])])],
+                     outputs=[], opset=17)
+    graph.outputs = [graph.nodes[0].outputs[0]]
+    exported = gs.export_onnx(graph)
+    assert exported.graph.initializer[0] == proto  # the original TensorProto, not a converted array
+    assert constant_values(gs.Constant("c", np.ones(2, np.float32))).tolist() == [1.0, 1.0]

@@ -23,7 +23,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
 from gsrewrite.engine.fold import fold_constants
-from gsrewrite.engine.graph import cleanup, is_empty, is_sorted, toposort
+from gsrewrite.engine.graph import cleanup, constant_values, is_empty, is_sorted, toposort
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _canonical_operands(node: gs.Node, opset: int) -> None:
     if moved is not None and len(node.inputs) > moved.index:
         operand = node.inputs[moved.index]
         if isinstance(operand, gs.Constant) and moved.attr not in node.attrs:
-            node.attrs[moved.attr] = [int(v) for v in np.asarray(operand.values).reshape(-1)]
+            node.attrs[moved.attr] = [int(v) for v in constant_values(operand).reshape(-1)]
             del node.inputs[moved.index]
         elif is_empty(operand):
             del node.inputs[moved.index]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-import numpy as np
 import onnx_graphsurgeon as gs
+
+from gsrewrite.engine.graph import constant_values
 
 #: Constants up to this many bytes are compared by value when merging.
 SMALL_CONSTANT = 4096
@@ -42,7 +43,7 @@ def _share_small_constants(nodes: list[gs.Node]) -> None:
         for i, tensor in enumerate(node.inputs):
             if not isinstance(tensor, gs.Constant):
                 continue
-            value = np.asarray(tensor.values)
+            value = constant_values(tensor)
             if value.nbytes > SMALL_CONSTANT:
                 continue
             first = seen.setdefault((value.dtype.str, value.shape, value.tobytes()), tensor)

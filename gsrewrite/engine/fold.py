@@ -21,7 +21,7 @@ import logging
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import is_empty, may_hold_subgraphs, subgraph_outer_names
+from gsrewrite.engine.graph import constant_values, is_empty, may_hold_subgraphs, subgraph_outer_names
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
     if node.op == "Size":
         return [np.array(int(np.prod(node.inputs[0].shape)), dtype=np.int64)]
     if node.op == "CastLike":
-        return [np.asarray(node.inputs[0].values).astype(np.dtype(node.inputs[1].dtype))]
+        return [constant_values(node.inputs[0]).astype(np.dtype(node.inputs[1].dtype))]
     from gsrewrite.simplifier.evaluate import evaluate
 
-    inputs = [None if is_empty(t) else np.asarray(t.values) for t in node.inputs]
+    inputs = [None if is_empty(t) else constant_values(t) for t in node.inputs]
     return evaluate(node, inputs, opset)
 
 

@@ -8,12 +8,14 @@ does not hold (metadata, IR version, producer, doc strings, functions, extra ops
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterable, Iterator
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
-from onnx_graphsurgeon.ir.tensor import SparseValues
+from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.model_io.saving import over_protobuf_limit
 
@@ -277,3 +279,23 @@ def cleanup(graph: gs.Graph) -> gs.Graph:
             node.outputs.clear()
     graph.nodes = kept
     return graph
+
+
+#: Arrays of file-backed constants read through constant_values (they live as long as the graph's constants).
+_LOADED: weakref.WeakKeyDictionary[LazyValues, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def constant_values(tensor: gs.Constant) -> np.ndarray:
+    """``tensor.values``, without replacing a file-backed constant's lazy storage by the array.
+
+    onnx-graphsurgeon's ``values`` keeps the loaded array in place of the TensorProto, so exporting the constant
+    converts the array back (three copies of the data); read through here, an untouched weight is exported as its
+    original TensorProto. The array is loaded once per constant and must not be modified.
+    """
+    stored = tensor._values
+    if isinstance(stored, LazyValues):
+        value = _LOADED.get(stored)
+        if value is None:
+            value = _LOADED[stored] = np.asarray(stored.load())
+        return value
+    return np.asarray(tensor.values)

@@ -11,7 +11,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
-from gsrewrite.engine.graph import NameSource
+from gsrewrite.engine.graph import NameSource, constant_values
 
 
 def legalize(graph: gs.Graph) -> gs.Graph:
@@ -45,7 +45,7 @@ def _clip_bounds(node: gs.Node, opset: int) -> None:
         return
     for index, attr in ((1, "min"), (2, "max")):
         if len(node.inputs) > index and isinstance(node.inputs[index], gs.Constant):
-            node.attrs[attr] = float(np.asarray(node.inputs[index].values).reshape(-1)[0])
+            node.attrs[attr] = float(constant_values(node.inputs[index]).reshape(-1)[0])
     del node.inputs[1:]
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import constant_values
+
 if TYPE_CHECKING:
     from gsrewrite.patterns.pattern import Pattern, Variant
     from gsrewrite.patterns.template import TemplateGraph
@@ -57,7 +59,7 @@ class Match:
         """The value of template tensor ``name`` when it is bound to a constant, else None."""
         tensor = self.tensors.get(name)
         if isinstance(tensor, gs.Constant):
-            return np.asarray(tensor.values)
+            return constant_values(tensor)
         return None
 
     def shape(self, name: str) -> list[int | str | None] | None:

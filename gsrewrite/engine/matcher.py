@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import is_empty
+from gsrewrite.engine.graph import constant_values, is_empty
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.plan import PlanStep, build_plan
 from gsrewrite.engine.tracing import Tracer
@@ -376,7 +376,7 @@ def _strip_empty(tensors: list[gs.Tensor]) -> list[gs.Tensor]:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, gs.Constant):
-        return np.asarray(value.values)
+        return constant_values(value)
     if isinstance(value, list):
         return tuple(value)
     return value
@@ -403,7 +403,7 @@ def _numeric(tensor: gs.Constant) -> np.ndarray | None:
         shape = tensor.shape or ()
         if int(np.prod(shape)) > MAX_COMPARED_ELEMENTS:
             return None
-        values = np.asarray(tensor.values)
+        values = constant_values(tensor)
     except Exception:  # unreadable constant: treat as "does not match"
         return None
     if values.dtype.kind not in "fiub":

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import swap
+from gsrewrite.engine.graph import constant_values, swap
 
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
 
@@ -116,7 +116,7 @@ def sole_reader(tensor: gs.Tensor, node: gs.Node, graph: gs.Graph) -> bool:
 
 def constant(tensor: gs.Tensor | None) -> np.ndarray | None:
     """The value of a constant tensor, else None."""
-    return np.asarray(tensor.values) if isinstance(tensor, gs.Constant) else None
+    return constant_values(tensor) if isinstance(tensor, gs.Constant) else None
 
 
 def constant_ints(tensor: gs.Tensor | None) -> list[int] | None:
@@ -207,7 +207,7 @@ class ConstantPool:
                 seen.add(id(tensor))
                 if (isinstance(tensor, gs.Constant) and len(tensor.shape) <= 1 and math.prod(tensor.shape) <= self.SMALL
                         and all(id(c) in local for c in tensor.outputs)):
-                    value = np.asarray(tensor.values)
+                    value = constant_values(tensor)
                     self._made.setdefault((value.dtype.str, value.shape, value.tobytes()), tensor)
 
     def get(self, value: np.ndarray, name: str) -> gs.Constant:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import constant_values
 from gsrewrite.simplifier.evaluate import slice_bounds
 from gsrewrite.simplifier.rewiring import constant_ints, is_standard
 
@@ -90,7 +91,7 @@ Lookup = Callable[[gs.Tensor], "SymValue | None"]
 def _constant_value(tensor: gs.Constant) -> SymValue | None:
     if len(tensor.shape) > 1 or int(np.prod(tensor.shape)) > MAX_LENGTH:
         return None
-    values = np.asarray(tensor.values)
+    values = constant_values(tensor)
     if values.dtype.kind not in "biu":
         return None
     return SymValue(tuple(int(v) for v in values.reshape(-1)), scalar=len(tensor.shape) == 0)

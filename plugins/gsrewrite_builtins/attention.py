@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import constant_values
 from gsrewrite.engine.match import CheckFailed, Match
 
 
@@ -168,14 +169,14 @@ def _shape_parts(tensor: gs.Tensor | None) -> list[int | None] | None:
     if tensor is None:
         return None
     if isinstance(tensor, gs.Constant):
-        return [int(v) for v in np.asarray(tensor.values).reshape(-1)]
+        return [int(v) for v in constant_values(tensor).reshape(-1)]
     node = tensor.inputs[0] if tensor.inputs else None
     if node is None or node.op != "Concat":
         return None
     parts: list[int | None] = []
     for piece in node.inputs:
         if isinstance(piece, gs.Constant):
-            parts.extend(int(v) for v in np.asarray(piece.values).reshape(-1))
+            parts.extend(int(v) for v in constant_values(piece).reshape(-1))
         elif piece.shape is not None and len(piece.shape) == 1 and isinstance(piece.shape[0], int):
             parts.extend([None] * piece.shape[0])
         else:

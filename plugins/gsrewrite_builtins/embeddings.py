@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gsrewrite.engine.graph import constant_values
 from gsrewrite.engine.match import Match
 from gsrewrite_builtins.producers import NotProven, values_by_length
 
@@ -79,7 +80,7 @@ def _prove_arange(match: Match, pids: object, ids: object) -> None:
 
     assert isinstance(pids, gs.Tensor) and isinstance(ids, gs.Tensor)
     if isinstance(pids, gs.Constant):
-        value = np.asarray(pids.values)
+        value = constant_values(pids)
         length = ids.shape[1] if ids.shape is not None else None
         if not isinstance(length, int) or value.ndim != 2 or value.shape[1] != length:
             raise NotProven("constant position ids, but the sequence length is not that fixed")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from gsrewrite.engine.graph import constant_values
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite_builtins.producers import NotProven, values_by_length
 
@@ -132,7 +133,7 @@ def _prove_equal_halves(match: Match, name: str) -> None:
     tensor = match.tensor(name)
     assert tensor is not None
     if isinstance(tensor, gs.Constant):  # a constant table (one the rotary pattern did not take)
-        value = np.asarray(tensor.values)
+        value = constant_values(tensor)
         half = value.shape[-1] // 2
         if not np.array_equal(value[..., :half], value[..., half:]):
             raise NotProven(f"the {name} table does not have equal halves")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.graph import constant_values
 from gsrewrite.simplifier.passes.base import SimplifyPass
 from gsrewrite.simplifier.rewiring import disconnect, drop_disconnected, is_standard, replace_uses
 
@@ -81,7 +82,7 @@ def _hashable(value: Any) -> Hashable:
     if isinstance(value, gs.Graph):
         raise _Unhashable
     if isinstance(value, gs.Constant):
-        return _array_key(np.asarray(value.values))
+        return _array_key(constant_values(value))
     if isinstance(value, np.ndarray):
         return _array_key(value)
     if isinstance(value, (list, tuple)):
