@@ -27,6 +27,11 @@ from gsrewrite_builtins.producers import NotProven, computation, run, stand_in, 
 
 #: A masked position must be at least this negative (onnxruntime's own default is -10000).
 MAX_FILTER_VALUE = -1e4
+#: What onnxruntime gets for a bias of float32's lowest value (or -inf). Both give a fully masked row the same
+#: uniform weights: a score below 4e12 vanishes into either when added (ulp(1e20) = 8.8e12), and any other
+#: masked key gets exactly 0 from either. onnxruntime's CPU attention is ~4% faster with it (bert.legacy, 3
+#: sessions each among 24: 1.048 -> 0.998 ms; -1e12 alike, float32 min not).
+ORT_LOWEST_FILTER = -1e20
 
 
 @dataclass(frozen=True)
@@ -53,8 +58,8 @@ def padding_mask_input(match: Match) -> gs.Variable:
 
 
 def padding_mask_filter(match: Match) -> float:
-    """The value the bias gives masked positions (onnxruntime's ``mask_filter_value``)."""
-    return _proven(match, causal=False).filter_value
+    """The value the bias gives masked positions, as onnxruntime's ``mask_filter_value``."""
+    return _for_onnxruntime(_proven(match, causal=False).filter_value)
 
 
 def causal_mask_bias(match: Match) -> str | None:
@@ -69,8 +74,13 @@ def causal_mask_input(match: Match) -> gs.Variable:
 
 
 def causal_mask_filter(match: Match) -> float:
-    """The value a proven causal + padding bias gives masked positions."""
-    return _proven(match, causal=True).filter_value
+    """The value a proven causal + padding bias gives masked positions, as onnxruntime's ``mask_filter_value``."""
+    return _for_onnxruntime(_proven(match, causal=True).filter_value)
+
+
+def _for_onnxruntime(filter_value: float) -> float:
+    """The exporter's masked value, or ORT_LOWEST_FILTER for one at least as negative (same results, faster)."""
+    return max(filter_value, ORT_LOWEST_FILTER)
 
 
 def _proven(match: Match, causal: bool) -> PaddingBias:
