@@ -24,9 +24,10 @@ How each number is taken (details: docs/benchmarks.md):
   command in-process (validation on, as users run it). The baseline is the median of `onnx.load` +
   `onnx.save` of the input.
 - Fused-op and node counts include subgraphs. File size counts every file the tool wrote (external data too).
-- Latency: onnxruntime CPU, 1 intra-op and 1 inter-op thread, the model's sample inputs, median of {runs} runs
-  after 5 warm-up runs; all outputs of one model run in interleaved rounds (order shuffled per round) in one
-  process, so a load change on the machine hits every column alike. "disabled" = ORT_DISABLE_ALL,
+- Latency: onnxruntime CPU, 1 intra-op and 1 inter-op thread, the model's sample inputs, {runs} runs per output
+  after 5 warm-up runs, spread over 3 sessions (the median of their medians: one session's memory placement
+  shifted it by a few percent); all outputs of one model run in interleaved rounds (order shuffled per round)
+  in one process, so a load change on the machine hits every column alike. "disabled" = ORT_DISABLE_ALL,
   "enabled" = ORT_ENABLE_ALL.
 - Max abs diff: against the reference outputs (`X.outputs.npz`), onnxruntime graph optimizations disabled.
 - Cells: `failed` = the tool raised or crashed; `✗` after a number = the tool wrote a model but onnxruntime
@@ -73,7 +74,7 @@ def _tables(results: list[ModelResult], tools: list[str], runs: int) -> list[str
             "### Tool wall time / (onnx.load + onnx.save)", "",
             _grid(results, tools, lambda r, c: md.ratio(c.seconds / r.baseline) if c.seconds else None), ""]
     for mode in ("disabled", "enabled"):
-        out += [f"### onnxruntime CPU latency, graph optimizations {mode.upper()} (1 thread, median of {runs})", "",
+        out += [f"### onnxruntime CPU latency, graph optimizations {mode.upper()} (1 thread, {runs} runs in 3 sessions)", "",
                 _grid(results, cols, lambda r, c, mode=mode: md.seconds(c.latency.get(mode))), ""]
     out += ["### Latency with optimizations enabled, as a ratio to the original's", "",
             _grid(results, tools, _latency_ratio), "",
