@@ -74,7 +74,8 @@ def _tables(results: list[ModelResult], tools: list[str], runs: int) -> list[str
             "### Tool wall time / (onnx.load + onnx.save)", "",
             _grid(results, tools, lambda r, c: md.ratio(c.seconds / r.baseline) if c.seconds else None), ""]
     for mode in ("disabled", "enabled"):
-        out += [f"### onnxruntime CPU latency, graph optimizations {mode.upper()} (1 thread, {runs} runs in 3 sessions)", "",
+        title = f"onnxruntime CPU latency, graph optimizations {mode.upper()} (1 thread, {runs} runs in 3 sessions)"
+        out += [f"### {title}", "",
                 _grid(results, cols, lambda r, c, mode=mode: md.seconds(c.latency.get(mode))), ""]
     out += ["### Latency with optimizations enabled, as a ratio to the original's", "",
             _grid(results, tools, _latency_ratio), "",
