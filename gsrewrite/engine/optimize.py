@@ -50,15 +50,15 @@ def optimize(
     try:
         working = _simplified(original, simplify_options or {},
                               reference_run.start if reference_run is not None else None) if simplify else original
-    except BaseException:
+        return rewrite_model(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
+                             registry=registry, validation_options=validation_options,
+                             reference=original if working is not original else None, source_path=source_path,
+                             eager_validation=working is not original,
+                             pending=reference_run.pending if reference_run is not None else None)
+    except BaseException:  # the reference run must not outlive a failed call either
         if reference_run is not None and reference_run.pending is not None:
             reference_run.pending.join()
         raise
-    return rewrite_model(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
-                         registry=registry, validation_options=validation_options,
-                         reference=original if working is not original else None, source_path=source_path,
-                         eager_validation=working is not original,
-                         pending=reference_run.pending if reference_run is not None else None)
 
 
 def _has_cleanup_work(model: onnx.ModelProto) -> bool:

@@ -42,9 +42,9 @@ class Rejected:
 class Checker:
     """Compares candidates with ``original`` (``options``: keyword arguments of :func:`gsrewrite.validate`).
 
-    The original runs on a worker thread from :meth:`start` on (called when a pass first changes the model, so
-    that it overlaps the rest of the passes; a model nothing changes costs no onnxruntime session); the first
-    comparison starts it if nobody did, and waits for it.
+    The original runs on a worker thread from :meth:`start` on (``simplify`` calls it before the passes when the
+    model has the usual cleanup work, else when a pass first changes the model: a model nothing changes costs no
+    onnxruntime session); the first comparison starts it if nobody did, and waits for it.
     """
 
     def __init__(self, original: Any, options: dict[str, Any]) -> None:
