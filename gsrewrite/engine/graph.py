@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import onnx
@@ -65,15 +66,7 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
 def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions."""
     model = onnx.ModelProto()
-    for field, value in original.ListFields():  # every field but the graph, from the original
-        if field.name == "graph":
-            continue
-        if field.is_repeated:
-            getattr(model, field.name).extend(value)
-        elif field.message_type is not None:
-            getattr(model, field.name).CopyFrom(value)
-        else:
-            setattr(model, field.name, value)
+    copy_fields(model, original, skip=("graph",))
     write_graph(graph, model.graph)
     model.graph.name = original.graph.name
     model.graph.doc_string = original.graph.doc_string
@@ -96,6 +89,20 @@ def write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
     target.value_info.extend(OnnxExporter.export_value_info_proto(t, False) for name, t in tensors.items()
                              if isinstance(t, gs.Variable) and name not in interface
                              and (t.dtype is not None or t.shape is not None))
+
+
+def copy_fields(target: Any, source: Any, skip: Iterable[str] = ()) -> None:
+    """Copy every set field of protobuf message ``source`` into ``target`` (of the same type), but ``skip``."""
+    skipped = set(skip)
+    for field, value in source.ListFields():
+        if field.name in skipped:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
 
 
 def _merge_opsets(model: onnx.ModelProto, exported: Iterable[onnx.OperatorSetIdProto]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from typing import Any
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -23,14 +22,12 @@ from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.engine.fast_import import import_onnx
-from gsrewrite.engine.graph import infer_shapes, write_graph
+from gsrewrite.engine.graph import copy_fields, infer_shapes, write_graph
 
 log = logging.getLogger(__name__)
 
 #: Initializers larger than this (bytes of data) are hidden from shape inference.
 HIDDEN_FROM_INFERENCE = 1024
-#: Model fields (besides the graph, opsets, metadata and functions) carried over from the original.
-_MODEL_FIELDS = ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string")
 
 
 def import_graph(model: onnx.ModelProto, on_change: Callable[[], None] | None = None) -> tuple[gs.Graph, int]:
@@ -91,12 +88,8 @@ def _light_copy(model: onnx.ModelProto, nodes: list[onnx.NodeProto], small: list
                 big: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
     """A copy of ``model`` with ``nodes`` and ``small`` initializers; ``big`` ones become typed graph inputs."""
     light = onnx.ModelProto()
-    for field, value in model.ListFields():
-        if field.name != "graph":
-            _copy_field(light, field, value)
-    for field, value in model.graph.ListFields():
-        if field.name not in ("initializer", "input", "node"):
-            _copy_field(light.graph, field, value)
+    copy_fields(light, model, skip=("graph",))
+    copy_fields(light.graph, model.graph, skip=("initializer", "input", "node"))
     light.graph.node.extend(_bare(n) for n in nodes)
     light.graph.initializer.extend(small)
     light.graph.input.extend(vi for vi in model.graph.input if vi.name not in big)
@@ -116,15 +109,6 @@ def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
     return bare
 
 
-def _copy_field(target: Any, field: Any, value: Any) -> None:
-    if field.is_repeated:
-        getattr(target, field.name).extend(value)
-    elif field.message_type is not None:
-        getattr(target, field.name).CopyFrom(value)
-    else:
-        setattr(target, field.name, value)
-
-
 def _data_bytes(tensor: onnx.TensorProto) -> int:
     return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
 
@@ -139,20 +123,14 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto,
     if value_info is not None:
         _forget_types(graph, set(value_info))
     model = onnx.ModelProto()
-    for name in _MODEL_FIELDS:
-        if original.HasField(name):
-            setattr(model, name, getattr(original, name))
+    copy_fields(model, original, skip=("graph",))
     write_graph(graph, model.graph)
     model.graph.name = original.graph.name
     if original.graph.doc_string:
         model.graph.doc_string = original.graph.doc_string
-    model.opset_import.extend(original.opset_import)
     known = {"" if imp.domain == "ai.onnx" else imp.domain for imp in original.opset_import}
     model.opset_import.extend(imp for imp in update_import_domains(graph)
                               if ("" if imp.domain == "ai.onnx" else imp.domain) not in known)
-    model.metadata_props.extend(original.metadata_props)
-    model.functions.extend(original.functions)
-    model.training_info.extend(original.training_info)
     return model
 
 
