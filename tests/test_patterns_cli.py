@@ -67,12 +67,16 @@ def test_optimizing_an_optimized_model_changes_nothing_and_runs_no_session(tmp_p
 def test_optimize_starts_the_reference_run_during_the_cleanup(monkeypatch):
     import importlib
 
+    from gsrewrite.validation.background import BackgroundValidator
+
     apply_module = importlib.import_module("gsrewrite.engine.apply")
     optimize_module = importlib.import_module("gsrewrite.engine.optimize")
 
     events = []
-    start, rewrite = optimize_module._start_validator, apply_module._rewrite
-    monkeypatch.setattr(optimize_module, "_start_validator", lambda *a: events.append("reference") or start(*a))
+    init, simplified, rewrite = BackgroundValidator.__init__, optimize_module._simplified, apply_module._rewrite
+    monkeypatch.setattr(BackgroundValidator, "__init__",
+                        lambda self, *a, **k: events.append("reference") or init(self, *a, **k))
+    monkeypatch.setattr(optimize_module, "_simplified", lambda *a: (simplified(*a), events.append("cleanup"))[0])
     monkeypatch.setattr(apply_module, "_rewrite", lambda *a: events.append("fusions") or rewrite(*a))
     result = optimize_module.optimize(str(EXAMPLE))
-    assert result.validation.ok and events == ["reference", "fusions"]  # started once, before the fusions
+    assert result.validation.ok and events == ["reference", "cleanup", "fusions"]  # once, before the cleanup ended

@@ -215,11 +215,17 @@ def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
                      source_path: str | os.PathLike | None = None) -> Any:
     """The reference's validator, prepared on a worker thread while the rewrite runs (it runs once, however
     many candidates bisection compares with it); onnxruntime reads ``source_path`` when given."""
-    from gsrewrite.validation.background import BackgroundValidator
+    return reference_validator(reference, options, source_path).start()
+
+
+def reference_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
+                        source_path: str | os.PathLike | None = None) -> Any:
+    """The reference's validator, not started yet (a LazyValidator: ``start()`` runs it on a worker thread)."""
+    from gsrewrite.validation.background import LazyValidator
     from gsrewrite.validation.runner import ModelSource
 
     original = ModelSource("original", reference, Path(source_path)) if source_path is not None else reference
-    return BackgroundValidator(original, **(options or {}))
+    return LazyValidator(original, **(options or {}))
 
 
 def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,

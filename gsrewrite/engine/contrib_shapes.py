@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 Shape = list[int | str | None]
@@ -75,8 +76,6 @@ def _embed_layernorm(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
     ids, table = _input_shape(node, 0), _input_shape(node, 2)
     if ids is None or table is None or len(ids) != 2 or len(table) != 2:
         return [None, None]
-    import numpy as np
-
     return [(node.inputs[2].dtype, [ids[0], ids[1], table[1]]), (np.dtype(np.int32), [ids[0]])]
 
 

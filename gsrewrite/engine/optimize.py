@@ -14,7 +14,7 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, _start_validator, rewrite_model
+from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, reference_validator, rewrite_model
 from gsrewrite.patterns.registry import PatternRegistry
 
 log = logging.getLogger(__name__)
@@ -44,8 +44,10 @@ def optimize(
     # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
-    reference_run = _ReferenceRun(original, validation_options, source_path) if validate else None
-    if reference_run is not None and simplify and _has_cleanup_work(original):
+    from gsrewrite.simplifier.pipeline import likely_to_change
+
+    reference_run = reference_validator(original, validation_options, source_path) if validate else None
+    if reference_run is not None and simplify and likely_to_change(original):
         reference_run.start()  # at once: overlaps all of the cleanup
     try:
         working = _simplified(original, simplify_options or {},
@@ -54,30 +56,11 @@ def optimize(
                              registry=registry, validation_options=validation_options,
                              reference=original if working is not original else None, source_path=source_path,
                              eager_validation=working is not original,
-                             pending=reference_run.pending if reference_run is not None else None)
+                             pending=reference_run if reference_run is not None and reference_run.started else None)
     except BaseException:  # the reference run must not outlive a failed call either
-        if reference_run is not None and reference_run.pending is not None:
-            reference_run.pending.join()
+        if reference_run is not None:
+            reference_run.join()
         raise
-
-
-def _has_cleanup_work(model: onnx.ModelProto) -> bool:
-    from gsrewrite.simplifier.pipeline import likely_to_change
-
-    return likely_to_change(model)
-
-
-class _ReferenceRun:
-    """The original's validator, started (on a worker thread) at the first :meth:`start`."""
-
-    def __init__(self, original: onnx.ModelProto, options: dict[str, Any] | None,
-                 source_path: str | os.PathLike | None) -> None:
-        self._args = (original, options, source_path)
-        self.pending: Any = None
-
-    def start(self) -> None:
-        if self.pending is None:
-            self.pending = _start_validator(*self._args)
 
 
 def _simplified(model: onnx.ModelProto, options: dict[str, Any],

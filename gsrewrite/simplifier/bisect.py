@@ -49,25 +49,21 @@ class Checker:
 
     def __init__(self, original: Any, options: dict[str, Any]) -> None:
         """``original``: a ModelProto, or a :class:`~gsrewrite.validation.runner.ModelSource` (e.g. its file)."""
-        self._original, self._options = original, options
-        self._pending: Any = None
+        from gsrewrite.validation.background import LazyValidator
+
+        self._pending = LazyValidator(original, **options)
         self._validator: Any = None
         self._last: tuple[onnx.ModelProto, bytes | None] | None = None
 
     def start(self) -> None:
         """Start the reference run on a worker thread (once)."""
-        if self._pending is None:
-            from gsrewrite.validation.background import BackgroundValidator
-
-            self._pending = BackgroundValidator(self._original, **self._options)
+        self._pending.start()
 
     def close(self) -> None:
         """Wait for the reference run, if started, when no comparison will need it (errors are not raised)."""
-        if self._pending is not None:
-            self._pending.join()
+        self._pending.join()
 
     def _ready(self) -> Any:
-        self.start()
         if self._validator is None:
             try:
                 self._validator = self._pending.get()

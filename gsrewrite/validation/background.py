@@ -52,3 +52,31 @@ class BackgroundValidator:
             raise self._error
         assert self._validator is not None
         return self._validator
+
+
+class LazyValidator:
+    """A :class:`BackgroundValidator` started at the first :meth:`start` (or :meth:`get`): a caller that may find
+    nothing to compare (a model nothing changed) never pays for the reference run."""
+
+    def __init__(self, original: ModelArg, **options: Any) -> None:
+        self._original, self._options = original, options
+        self._running: BackgroundValidator | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._running is not None
+
+    def start(self) -> LazyValidator:
+        """Start the reference run on a worker thread (once); returns ``self``."""
+        if self._running is None:
+            self._running = BackgroundValidator(self._original, **self._options)
+        return self
+
+    def join(self) -> None:
+        """Wait for the reference run, if started, without taking its result."""
+        if self._running is not None:
+            self._running.join()
+
+    def get(self) -> Validator:
+        """The prepared validator (starting the run if nobody did); raises what ``Validator(...)`` raised."""
+        return self.start()._running.get()  # type: ignore[union-attr]
