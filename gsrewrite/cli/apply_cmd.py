@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -43,12 +44,14 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
           target: str, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
           as_json: bool) -> None:
     """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT."""
-    from gsrewrite.model_io import check_output_path, save_model
+    from gsrewrite.cli._background_save import StagedSave
+    from gsrewrite.model_io import check_output_path
 
     check_output_path(output, input_path=model, in_place=in_place)
-    result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation)
-    size_after = save_model(result.model, output, input_path=model, in_place=in_place,
-                            serialized=result.serialized)
+    with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
+        result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation,
+                                   staged.begin)
+        size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
     report(result, size_before, explain, as_json, size_after)
 
 
@@ -64,7 +67,8 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 
 
 def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
-         validate: bool, explain: bool, validation: dict[str, Any]) -> tuple[Any, int]:
+         validate: bool, explain: bool, validation: dict[str, Any],
+         on_serialized: Callable[[Any, bytes], None] | None = None) -> tuple[Any, int]:
     from gsrewrite.engine import apply as run_apply
     from gsrewrite.model_io import load_model
 
@@ -72,7 +76,8 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
     names = list(patterns) or ([] if files else ["all"])
     with working("rewriting..."):
         result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
-                           explain=explain, opset=opset, validation_options=validation, source_path=model)
+                           explain=explain, opset=opset, validation_options=validation, source_path=model,
+                           on_serialized=on_serialized)
     return result, stored_size(model, original)
 
 

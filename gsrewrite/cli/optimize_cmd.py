@@ -29,15 +29,17 @@ from gsrewrite.cli.apply_cmd import report
 def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], opset: int | None, no_simplify: bool,
              validate: bool, explain: bool, in_place: bool, validation: dict[str, Any], as_json: bool) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
+    from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.engine.optimize import optimize as run_optimize
-    from gsrewrite.model_io import check_output_path, load_model, save_model, stored_size
+    from gsrewrite.model_io import check_output_path, load_model, stored_size
 
     check_output_path(output, input_path=model, in_place=in_place)
     original = load_model(model)
-    with working("optimizing..."):
-        result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
-                              simplify=not no_simplify, validate=validate, explain=explain,
-                              validation_options=validation, source_path=model)
-    size_after = save_model(result.model, output, input_path=model, in_place=in_place,
-                            serialized=result.serialized)
-    report(result, stored_size(model, original), explain, as_json, size_after)
+    with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
+        with working("optimizing..."):
+            result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
+                                  simplify=not no_simplify, validate=validate, explain=explain,
+                                  validation_options=validation, source_path=model, on_serialized=staged.begin)
+        size_after, size_before = staged.finish(result.model, result.serialized,
+                                                lambda: stored_size(model, original))
+    report(result, size_before, explain, as_json, size_after)

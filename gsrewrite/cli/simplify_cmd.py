@@ -45,23 +45,26 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
 
     --input-shape NAME:1x128 (or DIM=1) also fixes those dims in the result, so that more folds.
     """
-    from gsrewrite.cli._background_save import save_while
+    from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.model_io import check_output_path, stored_size
     from gsrewrite.simplifier import simplify as run_simplify
 
     check_output_path(output, input_path=model, in_place=in_place)
-    with working("simplifying..."):
-        result = run_simplify(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
-                              input_shapes=validation.get("input_shapes"), downcast=downcast,
-                              validate=validate, validation_options=validation, keep_metadata=keep_metadata)
-    extracted = _extractions(result.model, constants, ops, output, model)
-    def original_stats() -> None:  # the table's "before" column, computed while the output is written
-        result.note_size(result.original, stored_size(model, result.original))
-        result.before  # noqa: B018 - computed (and cached) now
+    # the output is written while validation runs (and put in place only if it passed)
+    with StagedSave(output, input_path=model, in_place=in_place, external_data=external_data or None,
+                    size_threshold=size_threshold) as staged:
+        with working("simplifying..."):
+            result = run_simplify(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
+                                  input_shapes=validation.get("input_shapes"), downcast=downcast,
+                                  validate=validate, validation_options=validation, keep_metadata=keep_metadata,
+                                  on_serialized=staged.begin)
+        extracted = _extractions(result.model, constants, ops, output, model)
 
-    size, _ = save_while(original_stats, result.model, output, input_path=model, in_place=in_place,
-                         external_data=external_data or None, size_threshold=size_threshold,
-                         serialized=result.serialized)
+        def original_stats() -> None:  # the table's "before" column, computed while the output is written
+            result.note_size(result.original, stored_size(model, result.original))
+            result.before  # noqa: B018 - computed (and cached) now
+
+        size, _ = staged.finish(result.model, result.serialized, original_stats)
     result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
     written = [_write(path, payload, model) for path, payload in extracted]
     _report(result, written, as_json)

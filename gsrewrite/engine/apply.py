@@ -13,7 +13,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,7 @@ def apply(
     validation_options: dict[str, Any] | None = None,
     reference: onnx.ModelProto | None = None,
     source_path: str | os.PathLike | None = None,
+    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
@@ -96,20 +97,23 @@ def apply(
     ``validation_options`` go to ``gsrewrite.validate``. If nothing can be made to agree, the result is the
     reference itself. ``source_path`` names the file the original (or ``reference``) was read from, unchanged:
     validation then lets onnxruntime read that file instead of a re-serialized copy (a path ``model`` is its
-    own source).
+    own source). ``on_serialized(candidate, data)`` is called with each candidate validation serialized, before
+    onnxruntime compares it (the CLI starts writing the bytes meanwhile; ``result.serialized`` says which were
+    kept).
     """
     if source_path is None and reference is None and isinstance(model, (str, os.PathLike)):
         source_path = model
     return rewrite_model(_as_model(model), patterns, target=target, validate=validate, pattern_files=pattern_files,
                          explain=explain, opset=opset, registry=registry, validation_options=validation_options,
-                         reference=reference, source_path=source_path)
+                         reference=reference, source_path=source_path, on_serialized=on_serialized)
 
 
 def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str, validate: bool,
                   pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
                   registry: PatternRegistry | None = None, validation_options: dict[str, Any] | None = None,
                   reference: onnx.ModelProto | None = None, source_path: str | os.PathLike | None = None,
-                  eager_validation: bool = True, pending: Any = None) -> RewriteResult:
+                  eager_validation: bool = True, pending: Any = None,
+                  on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> RewriteResult:
     """:func:`apply` on a loaded model. With ``eager_validation`` the reference run starts on a worker thread
     before the rewrite (overlapping it); otherwise only once the rewrite changed something (a model nothing
     matches then costs no onnxruntime session at all). ``pending``: the reference's validator, already started
@@ -128,7 +132,8 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
     if validate and (result.changed or reference is not None):
         if pending is None:
             pending = _start_validator(reference or original, validation_options, source_path)
-        _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get())
+        _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get(),
+                             on_serialized)
     elif pending is not None:
         pending.join()  # nothing to compare; the reference run must not outlive the call
     result.after = op_histogram(result.model)
@@ -229,12 +234,18 @@ def reference_validator(reference: onnx.ModelProto, options: dict[str, Any] | No
 
 
 def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
-                         selected: list[Pattern], target: str, registry: PatternRegistry, validator: Any) -> None:
+                         selected: list[Pattern], target: str, registry: PatternRegistry, validator: Any,
+                         on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> None:
     """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
     from gsrewrite.validation.runner import serialized_source
 
-    source = serialized_source(result.model, "candidate")  # kept: saving writes the same bytes
-    report = validator.check(source)
+    def check(model: onnx.ModelProto) -> tuple[Any, Any]:
+        source = serialized_source(model, "candidate")  # kept: saving writes the same bytes
+        if on_serialized is not None and source.data is not None:
+            on_serialized(model, source.data)
+        return source, validator.check(source)
+
+    source, report = check(result.model)
     active = [p for p in selected if result.counts.get(p.name)]
     while not report.ok and active:
         guilty = _first_failing(active, working, target, registry, validator)
@@ -243,8 +254,7 @@ def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, work
         active.remove(guilty)
         out, run = _rewrite(working, active, target, False, registry)
         result.model, result.counts, result.records = out, dict(run.counts), run.records
-        source = serialized_source(result.model, "candidate")
-        report = validator.check(source)
+        source, report = check(result.model)
     if not report.ok:  # what remains (e.g. an earlier simplification) still disagrees: give back the reference
         log.warning("the result still disagrees with the original (%s): keeping the original", report.summary())
         result.dropped["(preparation)"] = report.summary()

@@ -33,10 +33,12 @@ def optimize(
     simplify_options: dict[str, Any] | None = None,
     registry: PatternRegistry | None = None,
     source_path: str | os.PathLike | None = None,
+    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> RewriteResult:
     """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target``.
 
-    ``source_path``: the file ``model`` was read from, unchanged (see :func:`gsrewrite.engine.apply`).
+    ``source_path``: the file ``model`` was read from, unchanged; ``on_serialized``: called with each candidate
+    validation serialized (see :func:`gsrewrite.engine.apply`).
     """
     original = _as_model(model)
     if source_path is None and isinstance(model, (str, os.PathLike)):
@@ -56,7 +58,8 @@ def optimize(
                              registry=registry, validation_options=validation_options,
                              reference=original if working is not original else None, source_path=source_path,
                              eager_validation=working is not original,
-                             pending=reference_run if reference_run is not None and reference_run.started else None)
+                             pending=reference_run if reference_run is not None and reference_run.started else None,
+                             on_serialized=on_serialized)
     except BaseException:  # the reference run must not outlive a failed call either
         if reference_run is not None:
             reference_run.join()

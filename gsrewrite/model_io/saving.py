@@ -71,8 +71,7 @@ def save_model(
     nor an IR-version change asks for a new serialization. The caller vouches that they are ``model``'s.
     """
     target = check_output_path(path, input_path=input_path, in_place=in_place)
-    if serialized is not None and not external_data and len(serialized) <= PROTOBUF_LIMIT \
-            and clamp_ir_version(model.ir_version) == model.ir_version:
+    if serialized is not None and writes_as_is(model, serialized, external_data):
         try:  # onnxruntime ran these bytes: every tensor is inline and the size is within the limit
             with _atomic_files() as create:
                 create(target).write(serialized)
@@ -103,6 +102,13 @@ def save_model(
         raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
     log.debug("saved %s (IR %d, external data: %s)", target, out.ir_version, data_path)
     return written + len(payload)
+
+
+def writes_as_is(model: ModelProto, serialized: bytes, external_data: bool | None = None) -> bool:
+    """Whether :func:`save_model` writes ``model``'s ``serialized`` bytes as they are: no external data asked
+    for, within the protobuf limit, and an IR version the installed onnxruntime reads."""
+    return not external_data and len(serialized) <= PROTOBUF_LIMIT \
+        and clamp_ir_version(model.ir_version) == model.ir_version
 
 
 def serialized_size(model: ModelProto) -> int:
@@ -250,37 +256,61 @@ def _serialized(model: ModelProto, target: str) -> bytes:
         raise OutputError(f"cannot serialize the model for '{target}': {exc}") from exc
 
 
+class PendingFile:
+    """A temp file next to ``target`` (``.NAME.*.tmp``): written through :attr:`file`, then put in place by
+    :meth:`commit` in one ``os.replace`` (fsynced first when it replaces an existing file) or removed by
+    :meth:`discard`."""
+
+    def __init__(self, target: str) -> None:
+        folder, name = os.path.split(target)
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+        self.target = target
+        self.file: BinaryIO = os.fdopen(fd, "wb")
+
+    def close(self, fsync: bool = False) -> None:
+        if not self.file.closed:
+            self.file.flush()
+            if fsync:
+                os.fsync(self.file.fileno())
+            self.file.close()
+
+    def commit(self) -> None:
+        replacing = os.path.exists(self.target)
+        self.close(fsync=replacing)
+        _copy_mode(self.target, self.tmp)
+        os.replace(self.tmp, self.target)
+        if replacing:
+            _fsync_dir(os.path.dirname(self.target))
+
+    def discard(self) -> None:
+        self.file.close()
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
+
+
 @contextmanager
 def _atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
     """Hand out temp files next to their targets; on success rename all (fsyncing those that replace an existing
     file first), on failure delete all."""
-    pending: list[tuple[str, str, BinaryIO]] = []
+    pending: list[PendingFile] = []
 
     def create(target: str) -> BinaryIO:
-        folder, name = os.path.split(target)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-        f = os.fdopen(fd, "wb")
-        pending.append((tmp, target, f))
-        return f
+        pending.append(PendingFile(target))
+        return pending[-1].file
 
     try:
         yield create
-        replacing = {target for _, target, _ in pending if os.path.exists(target)}
-        for _, target, f in pending:
-            f.flush()
-            if target in replacing:
-                os.fsync(f.fileno())
-            f.close()
-        for tmp, target, _ in pending:
-            _copy_mode(target, tmp)
-            os.replace(tmp, target)
+        replacing = {p.target for p in pending if os.path.exists(p.target)}
+        for p in pending:
+            p.close(fsync=p.target in replacing)
+        for p in pending:
+            _copy_mode(p.target, p.tmp)
+            os.replace(p.tmp, p.target)
         for folder in {os.path.dirname(target) for target in replacing}:
             _fsync_dir(folder)
     finally:
-        for tmp, _, f in pending:
-            f.close()
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        for p in pending:
+            p.discard()
 
 
 def _copy_mode(target: str, tmp: str) -> None:

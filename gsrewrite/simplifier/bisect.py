@@ -47,11 +47,14 @@ class Checker:
     onnxruntime session); the first comparison starts it if nobody did, and waits for it.
     """
 
-    def __init__(self, original: Any, options: dict[str, Any]) -> None:
-        """``original``: a ModelProto, or a :class:`~gsrewrite.validation.runner.ModelSource` (e.g. its file)."""
+    def __init__(self, original: Any, options: dict[str, Any],
+                 on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> None:
+        """``original``: a ModelProto, or a :class:`~gsrewrite.validation.runner.ModelSource` (e.g. its file).
+        ``on_serialized(candidate, data)`` is called before each comparison with the bytes onnxruntime runs."""
         from gsrewrite.validation.background import LazyValidator
 
         self._pending = LazyValidator(original, **options)
+        self._on_serialized = on_serialized
         self._validator: Any = None
         self._last: tuple[onnx.ModelProto, bytes | None] | None = None
 
@@ -81,6 +84,8 @@ class Checker:
         validator = self._ready()
         source = serialized_source(candidate, "candidate")
         self._last = (candidate, source.data)
+        if self._on_serialized is not None and source.data is not None:
+            self._on_serialized(candidate, source.data)
         try:
             return validator.check(source)
         except (ValidationError, InputDataError) as exc:

@@ -48,6 +48,7 @@ def simplify(
     keep_metadata: bool = False,
     registry: PassRegistry | None = None,
     on_change: Callable[[], None] | None = None,
+    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> SimplifyResult:
     """Simplify ``model`` (a ModelProto or a path) with the registered passes; the input is not modified.
 
@@ -58,13 +59,15 @@ def simplify(
     :func:`gsrewrite.validate`); a pass whose rewrites change the outputs is dropped. Exporter debug
     metadata on nodes, the graph and its inputs/outputs is dropped unless ``keep_metadata``. ``on_change`` is
     called whenever the passes changed something (``optimize`` starts the reference run at the first call).
+    ``on_serialized(candidate, data)`` is called with each candidate validation serialized, before onnxruntime
+    compares it (the CLI starts writing the bytes meanwhile; ``result.serialized`` says which were kept).
     """
     start = time.perf_counter()
     if max_fold_bytes < 0 or max_rounds < 1:
         raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
     original = _as_model(model)
-    checker = Checker(_reference(model, original), _validation_options(validation_options, input_shapes)) \
-        if validate else None
+    checker = Checker(_reference(model, original), _validation_options(validation_options, input_shapes),
+                      on_serialized) if validate else None
     if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
     run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
