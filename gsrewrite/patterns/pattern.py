@@ -127,15 +127,28 @@ def load_pattern(path: str | Path) -> list[Pattern]:
 
 @functools.lru_cache(maxsize=256)
 def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
-    return tuple(_load_uncached(Path(path)))
+    """One file's patterns: from the disk cache (:mod:`gsrewrite.patterns.cache`) when it has them, else parsed
+    (and cached)."""
+    from gsrewrite.patterns import cache
 
-
-def _load_uncached(path: Path) -> list[Pattern]:
+    file = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = file.read_bytes()
     except FileNotFoundError:
-        raise PatternError(f"pattern file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        raise PatternError(f"pattern file not found: {file}") from None
+    except OSError as exc:
+        raise PatternError(f"cannot read pattern file {file}: {exc}") from None
+    patterns = cache.load(file, raw)
+    if patterns is None:
+        patterns = _parse_file(file, raw)
+        cache.store(file, raw, patterns)
+    return tuple(patterns)
+
+
+def _parse_file(path: Path, raw: bytes) -> list[Pattern]:
+    try:
+        data = tomllib.loads(raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))  # as read_text
+    except UnicodeDecodeError as exc:
         raise PatternError(f"cannot read pattern file {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise PatternError(f"{path}: not valid TOML: {exc}") from None
