@@ -479,3 +479,15 @@ def test_rank0_bool_input_is_generated_as_an_array():
     }""")
     report = validate(model, model)
     assert report.ok
+
+
+def test_small_models_run_on_one_thread_and_big_ones_on_the_default_pool():
+    from gsrewrite.validation.runner import SINGLE_THREAD_BYTES, ModelSource, open_session
+
+    with open_session(ModelSource("original", bias_model())) as session:
+        assert session.session.get_session_options().intra_op_num_threads == 1
+    big = onnx.TensorProto(name="w", data_type=F, dims=[SINGLE_THREAD_BYTES // 4 + 1])  # declared only
+    model = bias_model()
+    model.graph.initializer.append(big)
+    assert runner_module._weight_bytes(model) > SINGLE_THREAD_BYTES
+    assert runner_module._weight_bytes(bias_model()) == 8 * 4
