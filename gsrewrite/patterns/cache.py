@@ -96,7 +96,10 @@ def _entry(path: Path, raw: bytes) -> Path | None:
     folder = cache_folder()
     if folder is None:
         return None
-    digest = hashlib.sha256(_parser_digest())
+    try:
+        digest = hashlib.sha256(_parser_digest())
+    except OSError:  # the parser's source cannot be read (a frozen install): no key, no cache
+        return None
     digest.update(str(path.resolve()).encode("utf-8", "surrogateescape") + b"\0")
     digest.update(raw)
     return folder / f"{digest.hexdigest()[:40]}.json"
@@ -109,9 +112,10 @@ def _parser_digest() -> bytes:
     from gsrewrite.patterns import fragments, pattern, template
 
     digest = hashlib.sha256(f"format {_FORMAT}".encode())
-    for module in (pattern, template, fragments):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    digest.update(Path(__file__).read_bytes())
+    for source in (pattern.__file__, template.__file__, fragments.__file__, __file__):
+        if not source:
+            raise OSError("module without a file")
+        digest.update(Path(source).read_bytes())
     return digest.digest()
 
 
