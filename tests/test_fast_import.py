@@ -101,3 +101,17 @@ def test_subgraphs_functions_and_bfloat16_go_to_onnx_graphsurgeon(monkeypatch: p
         assert calls[-1] is model and [n.op for n in graph.nodes] == [model.graph.node[0].op_type]
     assert np.dtype(np.float32) == fast_import.import_onnx(model_from_text(
         "g (float[2] x) => (float[2] y) { y = Relu (x) }")).inputs[0].dtype and len(calls) == 2
+
+
+def test_imported_lists_stay_synchronized_when_edited() -> None:
+    graph = fast_import.import_onnx(model_from_text("g (float[2] x) => (float[2] y) { a = Relu (x)  y = Neg (a) }"))
+    relu, neg = graph.nodes
+    x, a = relu.inputs[0], relu.outputs[0]
+    assert x.outputs == [relu] and a.inputs == [relu] and a.outputs == [neg]
+    extra = gs.Variable("extra", np.float32, [2])
+    neg.inputs.append(extra)  # onnx-graphsurgeon's list keeps the other side in step
+    assert extra.outputs == [neg]
+    neg.inputs.remove(a)
+    assert a.outputs == [] and isinstance(neg.inputs, type(gs.Node("Relu").inputs))
+    relu.outputs.clear()
+    assert a.inputs == []

@@ -85,10 +85,23 @@ def _node(proto: onnx.NodeProto, tensors: dict[str, gs.Tensor]) -> gs.Node:
     state["op"] = proto.op_type
     state["name"] = proto.name
     state["attrs"] = _attributes(proto.attribute) if proto.attribute else OrderedDict()
-    state["inputs"] = SynchronizedList(node, "outputs", [_named(tensors, name) for name in proto.input])
-    state["outputs"] = SynchronizedList(node, "inputs", [_named(tensors, name) for name in proto.output])
+    state["inputs"] = _synced(node, "outputs", [_named(tensors, name) for name in proto.input])
+    state["outputs"] = _synced(node, "inputs", [_named(tensors, name) for name in proto.output])
     state["domain"] = proto.domain if proto.HasField("domain") else None
     return node
+
+
+def _synced(parent: Any, field: str, items: Any) -> SynchronizedList:
+    """``SynchronizedList(parent, field, items)`` without its per-item method calls: the items are stored and
+    ``parent`` is appended to each item's ``field`` list (what the list's ``extend`` does, item by item)."""
+    synced = list.__new__(SynchronizedList)
+    synced.parent_obj = parent
+    synced.field_name = field
+    if items:
+        list.extend(synced, items)
+        for item in items:
+            list.append(getattr(item, field), parent)
+    return synced
 
 
 def _named(tensors: dict[str, gs.Tensor], name: str) -> gs.Tensor:
@@ -128,8 +141,8 @@ def _bare_variable(name: str, dtype: Any = None, shape: Any = None, kind: str | 
     tensor = object.__new__(gs.Variable)
     state = tensor.__dict__
     state["name"] = name
-    state["inputs"] = SynchronizedList(tensor, "outputs", [])
-    state["outputs"] = SynchronizedList(tensor, "inputs", [])
+    state["inputs"] = _synced(tensor, "outputs", ())
+    state["outputs"] = _synced(tensor, "inputs", ())
     state["dtype"] = dtype
     state["shape"] = shape
     state["type"] = kind
@@ -170,8 +183,8 @@ def _constant(proto: onnx.TensorProto) -> gs.Constant:
     tensor = object.__new__(gs.Constant)
     state = tensor.__dict__
     state["name"] = proto.name
-    state["inputs"] = SynchronizedList(tensor, "outputs", [])
-    state["outputs"] = SynchronizedList(tensor, "inputs", [])
+    state["inputs"] = _synced(tensor, "outputs", ())
+    state["outputs"] = _synced(tensor, "inputs", ())
     state["_values"] = lazy
     state["data_location"] = int(proto.data_location) if proto.HasField("data_location") else None
     state["_export_dtype"] = None
