@@ -88,5 +88,5 @@ def _groups(graph: gs.Graph) -> list[list[gs.Constant]]:
                 continue
             seen.add(id(tensor))
             if all(id(c) in local for c in tensor.outputs):
-                groups[(str(tensor.dtype), tuple(tensor.shape))].append(tensor)
+                groups[(tensor.dtype, tuple(tensor.shape))].append(tensor)
     return [g for g in groups.values() if len(g) > 1]
