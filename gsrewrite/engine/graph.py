@@ -145,10 +145,17 @@ def may_hold_subgraphs(node: gs.Node) -> bool:
     return node.op in CONTROL_FLOW or node.domain not in (None, "", "ai.onnx")
 
 
+def nested_graphs(graph: gs.Graph, recursive: bool = True) -> Iterator[gs.Graph]:
+    """``graph.subgraphs(recursive)``, without visiting the attributes of nodes that cannot hold a subgraph."""
+    for node in graph.nodes:
+        if may_hold_subgraphs(node):
+            yield from node.subgraphs(recursive=recursive)
+
+
 def subgraph_outer_names(graph: gs.Graph) -> set[str]:
     """Names of tensors of ``graph`` that nodes inside its subgraphs (If/Loop/Scan bodies) read."""
     names: set[str] = set()
-    for sub in graph.subgraphs(recursive=True):
+    for sub in nested_graphs(graph):
         local = {t.name for n in sub.nodes for t in n.outputs} | {t.name for t in sub.inputs}
         for node in sub.nodes:
             names.update(t.name for t in node.inputs if t.name and t.name not in local)
@@ -171,7 +178,7 @@ def swap(tensors: list[gs.Tensor], old: gs.Tensor, new: gs.Tensor) -> None:
 def walk_nodes(graph: gs.Graph) -> Iterator[gs.Node]:
     """Every node of the graph and of its subgraphs."""
     yield from graph.nodes
-    for sub in graph.subgraphs(recursive=True):
+    for sub in nested_graphs(graph):
         yield from sub.nodes
 
 
@@ -200,8 +207,9 @@ def _names_in_use(graph: gs.Graph) -> set[str]:
         taken.add(node.name)
         taken.update(t.name for t in node.inputs)
         taken.update(t.name for t in node.outputs)
-        for sub in node.subgraphs():
-            taken |= _names_in_use(sub)
+        if may_hold_subgraphs(node):
+            for sub in node.subgraphs():
+                taken |= _names_in_use(sub)
     return taken
 
 

@@ -22,7 +22,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.engine.fast_import import import_onnx
-from gsrewrite.engine.graph import copy_fields, infer_shapes, write_graph
+from gsrewrite.engine.graph import copy_fields, infer_shapes, nested_graphs, write_graph
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto,
 
 
 def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
-    graphs = [graph, *graph.subgraphs(recursive=True)]
+    graphs = [graph, *nested_graphs(graph)]
     interface = {id(t) for g in graphs for t in (*g.inputs, *g.outputs)}
     for g in graphs:
         for node in g.nodes:
