@@ -508,3 +508,23 @@ def test_tensor_protos_visits_what_iter_tensors_visits() -> None:
     fast = sorted(t.SerializeToString() for t in tensor_protos(model))
     labelled = sorted(t.SerializeToString() for t, _ in iter_tensors(model))
     assert fast == labelled and len(fast) == 9  # w, c, 2 x (bw, k), sparse values + indices, fc
+
+
+def test_graph_walks_find_subgraphs_of_control_flow_and_custom_ops() -> None:
+    from gsrewrite.model_io.graph_walk import iter_graphs, iter_nodes
+
+    inner = helper.make_graph([helper.make_node("Neg", ["a"], ["b"])], "inner", [],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])])
+    branch = helper.make_graph([helper.make_node("Relu", ["x"], ["o"]),
+                                helper.make_node("MyLoop", [], ["p"], domain="my.ops", body=inner)], "branch", [],
+                               [helper.make_tensor_value_info("o", TensorProto.FLOAT, [1])])
+    main = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch),
+                              helper.make_node("Relu", ["x"], ["z"])], "main",
+                             [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(main)
+    names = [g.name for g, _ in iter_graphs(model)]
+    assert names == ["main", "branch", "inner", "branch", "inner"]
+    assert sorted(n.op_type for n in iter_nodes(model)) == sorted(
+        ["If", "Relu", "Relu", "MyLoop", "Neg", "Relu", "MyLoop", "Neg"])

@@ -42,10 +42,15 @@ def iter_graphs(model: ModelProto) -> Iterator[tuple[GraphProto, str]]:
 _GRAPH_ATTRIBUTES = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
 
 
+#: The standard ops whose attributes hold graphs; nodes of other domains may hold them too.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
 def _graphs_in(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
     yield graph, where
     for i, node in enumerate(graph.node):
-        if any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute):
+        if (node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx")) \
+                and any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute):
             for attr_name, sub in node_subgraphs(node):
                 yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
 
