@@ -20,8 +20,20 @@ def node_label(node: NodeProto, index: int) -> str:
     return f"{name} ({node.op_type})"
 
 
+#: The standard ops whose attributes hold graphs; nodes of other domains may hold them too.
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+def may_hold_graphs(node: NodeProto) -> bool:
+    """False for a standard op other than control flow: the ONNX standard gives no other op a graph attribute
+    (a model that does anyway is rejected by onnxruntime; its walks here do not look inside)."""
+    return node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx")
+
+
 def node_subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:
     """The subgraphs held in the node's attributes (If branches, Loop/Scan bodies), with attribute names."""
+    if not may_hold_graphs(node):
+        return
     for attr in node.attribute:
         if attr.type == AttributeProto.GRAPH:
             yield attr.name, attr.g
@@ -39,20 +51,11 @@ def iter_graphs(model: ModelProto) -> Iterator[tuple[GraphProto, str]]:
                 yield from _graphs_in(sub, _sub_where(attr_name, node, i, f"function '{function.name}'"))
 
 
-_GRAPH_ATTRIBUTES = frozenset({AttributeProto.GRAPH, AttributeProto.GRAPHS})
-
-
-#: The standard ops whose attributes hold graphs; nodes of other domains may hold them too.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
-
 def _graphs_in(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
     yield graph, where
     for i, node in enumerate(graph.node):
-        if (node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx")) \
-                and any(attr.type in _GRAPH_ATTRIBUTES for attr in node.attribute):
-            for attr_name, sub in node_subgraphs(node):
-                yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
+        for attr_name, sub in node_subgraphs(node):
+            yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
 
 
 def _sub_where(attr_name: str, node: NodeProto, index: int, parent: str) -> str:
