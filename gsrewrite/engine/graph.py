@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
+from gsrewrite.model_io.graph_walk import CONTROL_FLOW
 from gsrewrite.model_io.saving import over_protobuf_limit
 
 log = logging.getLogger(__name__)
@@ -134,10 +135,6 @@ def consumers(tensor: gs.Tensor) -> list[gs.Node]:
 def is_empty(tensor: gs.Tensor | None) -> bool:
     """True for an omitted optional input."""
     return tensor is None or (isinstance(tensor, gs.Variable) and not tensor.name)
-
-
-#: standard ops that hold subgraphs
-CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def may_hold_subgraphs(node: gs.Node) -> bool:

@@ -21,13 +21,13 @@ def node_label(node: NodeProto, index: int) -> str:
 
 
 #: The standard ops whose attributes hold graphs; nodes of other domains may hold them too.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def may_hold_graphs(node: NodeProto) -> bool:
     """False for a standard op other than control flow: the ONNX standard gives no other op a graph attribute
     (a model that does anyway is rejected by onnxruntime; its walks here do not look inside)."""
-    return node.op_type in _CONTROL_FLOW or node.domain not in ("", "ai.onnx")
+    return node.op_type in CONTROL_FLOW or node.domain not in ("", "ai.onnx")
 
 
 def node_subgraphs(node: NodeProto) -> Iterator[tuple[str, GraphProto]]:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,16 +77,16 @@ def store(path: Path, raw: bytes, patterns: list[Pattern]) -> None:
     except _Uncacheable as exc:
         log.debug("%s is not cached: %s", path, exc)
         return
+    from gsrewrite.model_io.saving import PendingFile
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".", suffix=".tmp")
+        pending = PendingFile(str(entry))
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, entry)
+            pending.file.write(text.encode("utf-8"))
+            pending.commit()
         finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            pending.discard()  # nothing left to remove once committed
     except OSError as exc:  # a read-only home, a full disk: parse every time
         log.debug("cannot write pattern cache entry %s: %s", entry, exc)
 
