@@ -51,14 +51,15 @@ def op_counts(model: onnx.ModelProto) -> Counter:
 
 
 def assert_rewrite(model: onnx.ModelProto | str | os.PathLike, patterns: Sequence[str],
-                   expected: Mapping[str, int], *, target: str = "ort", produces: Mapping[str, int] | None = None,
-                   absent: Iterable[str] = (), pattern_files: Iterable[str] = (), inputs: Any = None,
-                   atol: float = 1e-4, rtol: float = 1e-3, registry: Any = None) -> Any:
+                   expected: Mapping[str, int], *, target: str = "ort", device: str = "cpu",
+                   produces: Mapping[str, int] | None = None, absent: Iterable[str] = (),
+                   pattern_files: Iterable[str] = (), inputs: Any = None, atol: float = 1e-4, rtol: float = 1e-3,
+                   registry: Any = None) -> Any:
     """Apply ``patterns``; assert the per-pattern match counts, the ops produced/absent, and that onnxruntime
     finds the result equivalent to the original. Returns the RewriteResult."""
     from gsrewrite.engine import apply
 
-    result = apply(model, list(patterns), target=target, validate=True, pattern_files=pattern_files,
+    result = apply(model, list(patterns), target=target, device=device, validate=True, pattern_files=pattern_files,
                    registry=registry, validation_options={"inputs": inputs, "atol": atol, "rtol": rtol})
     counts = {k: v for k, v in result.counts.items() if v}
     assert counts == dict(expected), f"expected matches {dict(expected)}, got {counts} (skipped: {result.skipped})"
@@ -74,11 +75,12 @@ def assert_rewrite(model: onnx.ModelProto | str | os.PathLike, patterns: Sequenc
 
 
 def assert_no_rewrite(model: onnx.ModelProto, patterns: Sequence[str], *, target: str = "ort",
-                      registry: Any = None) -> Any:
+                      device: str = "cpu", registry: Any = None) -> Any:
     """Assert that ``patterns`` leave ``model`` unchanged; returns the RewriteResult (with near misses)."""
     from gsrewrite.engine import apply
 
-    result = apply(model, list(patterns), target=target, validate=False, explain=True, registry=registry)
+    result = apply(model, list(patterns), target=target, device=device, validate=False, explain=True,
+                   registry=registry)
     assert not result.changed, f"expected no rewrite, got {dict(result.counts)}"
     return result
 

@@ -44,6 +44,29 @@ def test_optimize_the_example(tmp_path):
     assert ops["Attention"] == 2 and ops["Softmax"] == 0 and ops["Erf"] == 0  # packed QKV attention
 
 
+def test_optimize_for_each_device(tmp_path):
+    """cpu (default): residual Sums before LayerNormalization; gpu: onnxruntime's SkipLayerNormalization."""
+    ops = {}
+    for device in ("cpu", "gpu"):
+        out = tmp_path / f"bert.{device}.onnx"
+        result = CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(out), "--device", device, "--json"])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["validation"]["ok"]
+        ops[device] = Counter(n.op_type for n in onnx.load(str(out)).graph.node)
+        other = "skip-layernorm" if device == "cpu" else "skip-layernorm-sum"
+        assert f"not {device}" in report["skipped"][other]
+    assert ops["cpu"]["SkipLayerNormalization"] == 0 and ops["cpu"]["Sum"] == 4
+    assert ops["gpu"]["SkipLayerNormalization"] == 4 and ops["gpu"]["Sum"] == 0
+    assert ops["cpu"]["LayerNormalization"] == ops["gpu"]["LayerNormalization"] + 4
+
+
+def test_an_unknown_device_exits_2(tmp_path):
+    out = tmp_path / "x.onnx"
+    result = CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(out), "--device", "tpu"])
+    assert result.exit_code == 2 and "tpu" in result.stderr and not out.exists()
+
+
 def test_optimizing_an_optimized_model_changes_nothing_and_runs_no_session(tmp_path, monkeypatch):
     once, twice = tmp_path / "once.onnx", tmp_path / "twice.onnx"
     assert CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(once)]).exit_code == 0

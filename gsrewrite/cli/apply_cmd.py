@@ -14,6 +14,10 @@ from gsrewrite.model_io import serialized_size, stored_size
 
 _target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
                               help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+device_option = click.option(
+    "--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+    help="Where the model will run: patterns that pay off on the other kind only are skipped (on cpu, "
+         "LayerNormalization instead of onnxruntime's slower SkipLayerNormalization).")
 _pattern_options = [
     click.option("-p", "--pattern", "patterns", multiple=True, metavar="NAME",
                  help="Pattern or family name, or 'all' (repeatable; default: all)."),
@@ -27,7 +31,7 @@ _pattern_options = [
 def pattern_options(func: Any) -> Any:
     for option in reversed(_pattern_options):
         func = option(func)
-    return _target_option(func)
+    return _target_option(device_option(func))
 
 
 @click.command()
@@ -41,7 +45,7 @@ def pattern_options(func: Any) -> Any:
 @validation_options
 @json_option
 def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None,
-          target: str, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
+          target: str, device: str, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
           as_json: bool) -> None:
     """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT."""
     from gsrewrite.cli._background_save import StagedSave
@@ -49,8 +53,8 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 
     check_output_path(output, input_path=model, in_place=in_place)
     with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
-        result, size_before = _run(model, patterns, pattern_files, opset, target, validate, explain, validation,
-                                   staged.begin)
+        result, size_before = _run(model, patterns, pattern_files, opset, (target, device), validate, explain,
+                                   validation, staged.begin)
         size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
     report(result, size_before, explain, as_json, size_after)
 
@@ -60,13 +64,13 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 @pattern_options
 @json_option
 def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
-            as_json: bool) -> None:
+            device: str, as_json: bool) -> None:
     """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
-    result, size_before = _run(model, patterns, pattern_files, opset, target, False, True, {})
+    result, size_before = _run(model, patterns, pattern_files, opset, (target, device), False, True, {})
     report(result, size_before, True, as_json)
 
 
-def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
+def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, where: tuple[str, str],
          validate: bool, explain: bool, validation: dict[str, Any],
          on_serialized: Callable[[Any, bytes], None] | None = None) -> tuple[Any, int]:
     from gsrewrite.engine import apply as run_apply
@@ -74,8 +78,9 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
+    target, device = where
     with working("rewriting..."):
-        result = run_apply(original, names, target=target, validate=validate, pattern_files=files,
+        result = run_apply(original, names, target=target, device=device, validate=validate, pattern_files=files,
                            explain=explain, opset=opset, validation_options=validation, source_path=model,
                            on_serialized=on_serialized)
     return result, stored_size(model, original)

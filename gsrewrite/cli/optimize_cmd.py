@@ -8,7 +8,7 @@ import click
 
 from gsrewrite.cli._output import working
 from gsrewrite.cli._validation_options import validation_options
-from gsrewrite.cli.apply_cmd import report
+from gsrewrite.cli.apply_cmd import device_option, report
 
 
 @click.command()
@@ -16,6 +16,7 @@ from gsrewrite.cli.apply_cmd import report
 @click.option("-o", "--output", required=True, help="Where to write the optimized model.")
 @click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
               help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+@device_option
 @click.option("-p", "--pattern", "patterns", multiple=True, metavar="NAME",
               help="Restrict the fusions to these patterns or families (default: all).")
 @click.option("--opset", type=click.IntRange(min=1), default=None, help="Convert the model to this opset first.")
@@ -26,8 +27,9 @@ from gsrewrite.cli.apply_cmd import report
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 @validation_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], opset: int | None, no_simplify: bool,
-             validate: bool, explain: bool, in_place: bool, validation: dict[str, Any], as_json: bool) -> None:
+def optimize(model: str, output: str, target: str, device: str, patterns: tuple[str, ...], opset: int | None,
+             no_simplify: bool, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
+             as_json: bool) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
     from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.engine.optimize import optimize as run_optimize
@@ -37,8 +39,8 @@ def optimize(model: str, output: str, target: str, patterns: tuple[str, ...], op
     original = load_model(model)
     with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
         with working("optimizing..."):
-            result = run_optimize(original, target=target, patterns=list(patterns) or ["all"], opset=opset,
-                                  simplify=not no_simplify, validate=validate, explain=explain,
+            result = run_optimize(original, target=target, device=device, patterns=list(patterns) or ["all"],
+                                  opset=opset, simplify=not no_simplify, validate=validate, explain=explain,
                                   validation_options=validation, source_path=model, on_serialized=staged.begin)
         size_after, size_before = staged.finish(result.model, result.serialized,
                                                 lambda: stored_size(model, original))

@@ -15,7 +15,7 @@ def patterns() -> None:
 @patterns.command("list")
 @json_option
 def list_patterns(as_json: bool) -> None:
-    """Every registered pattern: family, targets, variants, size and where it comes from."""
+    """Every registered pattern: family, targets, devices, variants, size and where it comes from."""
     from gsrewrite.patterns import default_registry
 
     registry = default_registry()
@@ -23,9 +23,10 @@ def list_patterns(as_json: bool) -> None:
     if as_json:
         emit_json(entries)
         return
-    rows = [(e["name"], e["family"], ",".join(e["targets"]), e["variants"], e["nodes"], e["description"])
-            for e in entries]
-    console().print(table("Patterns", ("name", "family", "targets", "variants", "nodes", "description"), rows))
+    rows = [(e["name"], e["family"], ",".join(e["targets"]), ",".join(e["devices"]), e["variants"], e["nodes"],
+             e["description"]) for e in entries]
+    console().print(table("Patterns", ("name", "family", "targets", "devices", "variants", "nodes", "description"),
+                          rows))
 
 
 @patterns.command("show")
@@ -34,6 +35,7 @@ def list_patterns(as_json: bool) -> None:
 def show_pattern(name: str, as_json: bool) -> None:
     """Print pattern NAME: header, match template and replacement per target."""
     from gsrewrite.patterns import default_registry
+    from gsrewrite.patterns.pattern import DEVICES
 
     pattern = default_registry().get(name)
     if as_json:
@@ -43,7 +45,8 @@ def show_pattern(name: str, as_json: bool) -> None:
     out.print(f"[bold]{pattern.name}[/bold] (family {pattern.family}) - {pattern.description}")
     out.print(f"source: {pattern.source}")
     details = {"constants": sorted(pattern.constants), "optional": sorted(pattern.optional),
-               "checks": list(pattern.checks), "compute": pattern.compute}
+               "checks": list(pattern.checks), "compute": pattern.compute,
+               "devices": list(pattern.devices) if len(pattern.devices) < len(DEVICES) else []}
     for key, value in details.items():
         if value:
             out.print(f"{key}: {value}")

@@ -24,7 +24,7 @@ from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.graph import default_opset, to_graph, to_model
 from gsrewrite.engine.legalize import legalize
 from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
-from gsrewrite.engine.targets import check_target
+from gsrewrite.engine.targets import check_device, check_target, device_reason
 from gsrewrite.engine.tracing import NearMiss
 from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.info import op_histogram
@@ -79,6 +79,7 @@ def apply(
     patterns: Sequence[str] = ("all",),
     *,
     target: str = "ort",
+    device: str = "cpu",
     validate: bool = True,
     pattern_files: Iterable[str | os.PathLike] = (),
     explain: bool = False,
@@ -91,6 +92,8 @@ def apply(
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
+    ``device`` (``cpu`` or ``gpu``) is where the model will run: patterns that pay off on the other kind only
+    are skipped (``result.skipped`` says why).
     ``pattern_files`` adds pattern files on top of the registered ones (their patterns are always
     selected). ``opset`` first converts the model to that opset. With ``validate`` (default) the result is
     compared with the original in onnxruntime (or with ``reference``, the model ``model`` was derived from);
@@ -103,12 +106,14 @@ def apply(
     """
     if source_path is None and reference is None and isinstance(model, (str, os.PathLike)):
         source_path = model
-    return rewrite_model(_as_model(model), patterns, target=target, validate=validate, pattern_files=pattern_files,
-                         explain=explain, opset=opset, registry=registry, validation_options=validation_options,
+    return rewrite_model(_as_model(model), patterns, target=target, device=device, validate=validate,
+                         pattern_files=pattern_files, explain=explain, opset=opset, registry=registry,
+                         validation_options=validation_options,
                          reference=reference, source_path=source_path, on_serialized=on_serialized)
 
 
 def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str, validate: bool,
+                  device: str = "cpu",
                   pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
                   registry: PatternRegistry | None = None, validation_options: dict[str, Any] | None = None,
                   reference: onnx.ModelProto | None = None, source_path: str | os.PathLike | None = None,
@@ -120,13 +125,16 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
     by the caller (``optimize`` starts it during the cleanup)."""
     start = time.perf_counter()
     check_target(target)
+    check_device(device)
     registry, selected = _select(registry, patterns, pattern_files)
+    selected, elsewhere = _for_device(selected, device)
     needs_check = validate and (eager_validation or reference is not None)
     if pending is None and needs_check:
         pending = _start_validator(reference or original, validation_options, source_path)
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
+    result.skipped.update(elsewhere)
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
@@ -154,6 +162,14 @@ def _select(registry: PatternRegistry | None, names: Sequence[str],
         raise UsageError("no patterns selected (use --pattern NAME or --pattern-file FILE)")
     reg.verify(selected)
     return reg, selected
+
+
+def _for_device(selected: list[Pattern], device: str) -> tuple[list[Pattern], dict[str, str]]:
+    """The selected patterns that pay off on ``device``, and why each other one is skipped."""
+    skipped = {p.name: device_reason(p, device) for p in selected if device not in p.devices}
+    for name, reason in skipped.items():
+        log.info("pattern %s skipped: %s", name, reason)
+    return [p for p in selected if p.name not in skipped], skipped
 
 
 def _as_model(model: ModelArg) -> onnx.ModelProto:

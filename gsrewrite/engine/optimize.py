@@ -24,6 +24,7 @@ def optimize(
     model: ModelArg,
     *,
     target: str = "ort",
+    device: str = "cpu",
     patterns: Sequence[str] = ("all",),
     opset: int | None = None,
     simplify: bool = True,
@@ -35,7 +36,8 @@ def optimize(
     source_path: str | os.PathLike | None = None,
     on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> RewriteResult:
-    """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target``.
+    """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target`` and
+    ``device`` (see :func:`gsrewrite.engine.apply`).
 
     ``source_path``: the file ``model`` was read from, unchanged; ``on_serialized``: called with each candidate
     validation serialized (see :func:`gsrewrite.engine.apply`).
@@ -54,8 +56,8 @@ def optimize(
     try:
         working = _simplified(original, simplify_options or {},
                               reference_run.start if reference_run is not None else None) if simplify else original
-        return rewrite_model(working, patterns, target=target, validate=validate, explain=explain, opset=opset,
-                             registry=registry, validation_options=validation_options,
+        return rewrite_model(working, patterns, target=target, device=device, validate=validate, explain=explain,
+                             opset=opset, registry=registry, validation_options=validation_options,
                              reference=original if working is not original else None, source_path=source_path,
                              eager_validation=working is not original,
                              pending=reference_run if reference_run is not None and reference_run.started else None,

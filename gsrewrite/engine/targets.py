@@ -5,13 +5,18 @@
   may raise the model's opset with ``--opset``.
 * ``ort``: additionally the onnxruntime contrib ops (domain ``com.microsoft``) and the few standard-domain ops
   onnxruntime registers for every opset (LayerNormalization, SimplifiedLayerNormalization).
+
+The device (``cpu``, the default, or ``gpu``) says where the model will run: a pattern that pays off on one
+kind only says so (``devices`` in its file) and is skipped, with a reason, for the other.
+onnxruntime's SkipLayerNormalization is the case: a fused kernel on GPU, several times slower than
+LayerNormalization on CPU.
 """
 
 from __future__ import annotations
 
 from gsrewrite.engine.opforms import first_opset, op_exists
 from gsrewrite.errors import UsageError
-from gsrewrite.patterns.pattern import Pattern
+from gsrewrite.patterns.pattern import DEVICES, Pattern
 from gsrewrite.patterns.template import TemplateGraph
 
 TARGETS = ("onnx", "ort")
@@ -24,6 +29,19 @@ def check_target(target: str) -> str:
     if target not in TARGETS:
         raise UsageError(f"unknown target {target!r}; choose one of: {', '.join(TARGETS)}")
     return target
+
+
+def check_device(device: str) -> str:
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}; choose one of: {', '.join(DEVICES)}")
+    return device
+
+
+def device_reason(pattern: Pattern, device: str) -> str:
+    """Why ``pattern`` is not used for ``device`` ("" if it is)."""
+    if device in pattern.devices:
+        return ""
+    return f"pays off on {'/'.join(pattern.devices)} only, not {device} (--device {pattern.devices[0]} selects it)"
 
 
 def choose_replacement(pattern: Pattern, target: str, opset: int) -> tuple[TemplateGraph | None, str]:

@@ -136,8 +136,8 @@ def _encode_pattern(p: Pattern) -> dict[str, Any]:
         "replacements": {target: _encode_template(t) for target, t in p.replacements.items()},
         "match": _encode_template(p.match), "opset": list(p.opset), "priority": p.priority,
         "constants": sorted(p.constants), "optional": sorted(p.optional), "checks": list(p.checks),
-        "compute": dict(p.compute), "tolerance": p.tolerance, "source": p.source, "match_text": p.match_text,
-        "replace_texts": dict(p.replace_texts),
+        "compute": dict(p.compute), "tolerance": p.tolerance, "devices": list(p.devices), "source": p.source,
+        "match_text": p.match_text, "replace_texts": dict(p.replace_texts),
     }
 
 
@@ -187,6 +187,7 @@ def _decode_file(data: dict[str, Any]) -> list[Pattern]:
             match=_decode_template(p["match"]), fragments=fragments, opset=(p["opset"][0], p["opset"][1]),
             priority=p["priority"], constants=frozenset(p["constants"]), optional=frozenset(p["optional"]),
             checks=tuple(p["checks"]), compute=dict(p["compute"]), tolerance=float(p["tolerance"]),
+            devices=tuple(p["devices"]),
             source=p["source"], match_text=p["match_text"], replace_texts=dict(p["replace_texts"]),
             _expansions=expansions,
         )

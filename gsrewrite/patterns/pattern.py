@@ -24,13 +24,15 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TARGETS = ("onnx", "ort")
+#: where the rewritten model will run (``--device``): a pattern may pay off on one kind of device only
+DEVICES = ("cpu", "gpu")
 _FILE_KEYS = {"family", "description", "fragment", "pattern"}
 _PATTERN_KEYS = {
     "name", "description", "target", "opset", "priority", "constants", "optional", "checks", "compute",
-    "tolerance", "match", "replace", "base",
+    "tolerance", "match", "replace", "base", "devices",
 }
 #: what a pattern takes over from its ``base`` (an earlier pattern of the same file) unless it sets it
-_INHERITED = ("match", "opset", "priority", "constants", "optional", "checks", "compute", "tolerance")
+_INHERITED = ("match", "opset", "priority", "constants", "optional", "checks", "compute", "tolerance", "devices")
 
 
 @dataclass
@@ -68,6 +70,8 @@ class Pattern:
     checks: tuple[str, ...] = ()
     compute: dict[str, str] = field(default_factory=dict)
     tolerance: float = 1e-4
+    #: the devices the rewrite pays off on (``--device``); elsewhere the pattern is skipped with a reason
+    devices: tuple[str, ...] = DEVICES
     source: str = ""
     match_text: str = ""
     replace_texts: dict[str, str] = field(default_factory=dict)
@@ -104,8 +108,8 @@ class Pattern:
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
-            "opset": list(self.opset), "priority": self.priority, "variants": len(self.variants),
-            "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
+            "devices": list(self.devices), "opset": list(self.opset), "priority": self.priority,
+            "variants": len(self.variants), "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
             "compute": dict(self.compute), "source": self.source,
         }
 
@@ -218,7 +222,8 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
         priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
         optional=frozenset(_str_list(entry, "optional", here)),
         checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
-        tolerance=float(entry.get("tolerance", 1e-4)), source=where, match_text=match_text.strip(),
+        tolerance=float(entry.get("tolerance", 1e-4)), devices=_devices(entry, here), source=where,
+        match_text=match_text.strip(),
         replace_texts={t: text.strip() for t, text in replace_texts.items()},
     )
     for target, replacement in replacements.items():
@@ -269,6 +274,16 @@ def _opset_range(value: Any, here: str) -> tuple[int, int]:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return (value[0], value[1])
     raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
+
+
+def _devices(entry: dict[str, Any], here: str) -> tuple[str, ...]:
+    if "devices" not in entry:
+        return DEVICES
+    devices = _str_list(entry, "devices", here)
+    unknown = [d for d in devices if d not in DEVICES]
+    if unknown or not devices:
+        raise PatternError(f"{here}: devices must be a non-empty list among {', '.join(DEVICES)}, not {devices!r}")
+    return tuple(d for d in DEVICES if d in devices)
 
 
 def _compute(value: Any, here: str) -> dict[str, str]:
