@@ -53,7 +53,7 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 
     check_output_path(output, input_path=model, in_place=in_place)
     with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
-        result, size_before = _run(model, patterns, pattern_files, opset, (target, device), validate, explain,
+        result, size_before = _run(model, patterns, pattern_files, opset, target, device, validate, explain,
                                    validation, staged.begin)
         size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
     report(result, size_before, explain, as_json, size_after)
@@ -66,19 +66,18 @@ def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tup
 def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
             device: str, as_json: bool) -> None:
     """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
-    result, size_before = _run(model, patterns, pattern_files, opset, (target, device), False, True, {})
+    result, size_before = _run(model, patterns, pattern_files, opset, target, device, False, True, {})
     report(result, size_before, True, as_json)
 
 
-def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, where: tuple[str, str],
-         validate: bool, explain: bool, validation: dict[str, Any],
+def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
+         device: str, validate: bool, explain: bool, validation: dict[str, Any],
          on_serialized: Callable[[Any, bytes], None] | None = None) -> tuple[Any, int]:
     from gsrewrite.engine import apply as run_apply
     from gsrewrite.model_io import load_model
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
-    target, device = where
     with working("rewriting..."):
         result = run_apply(original, names, target=target, device=device, validate=validate, pattern_files=files,
                            explain=explain, opset=opset, validation_options=validation, source_path=model,
