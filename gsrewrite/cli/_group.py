@@ -8,6 +8,7 @@ Subcommands live in one module each under ``gsrewrite.cli`` and are imported onl
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys
