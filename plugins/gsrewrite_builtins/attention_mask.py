@@ -12,26 +12,56 @@ query row and head.
 
 Causal decoders (GPT-2) combine the padding bias with the causal one (key j masked for query i < j). The
 ``causal_*`` check proves exactly that combination (for an [.., S, S] bias); the replacement is then a
-unidirectional Attention with the raw mask as ``mask_index``.
+unidirectional Attention with the raw mask as ``mask_index``. It must mask with float32's lowest value, which
+onnxruntime gives the future keys (see :data:`CAUSAL_FILTER`).
+
+**Every length, not one.** A sliding window (``i - j < 20``), a band (``|i - j| < 20``) or a prefix-LM mask
+equals the causal or the padding rule at a short length and differs beyond it. The proof therefore runs at
+every length :mod:`gsrewrite_builtins.sizes` chooses from the computation's own constants (7, 33, 130, past
+every threshold those constants can make, and the length of every constant table it slices), with batch 2
+(1 for long lengths), and refuses when those lengths get too large. Lengths at which the computation fails or
+its result has another length are left out (a sliced causal buffer ends there: the model cannot run either);
+an input read for its shape whose dims are named otherwise than the mask's is refused (a size no test sweeps).
+Static mask dims are proven at their size only (the model runs at no other).
+
+One proof per match: the check and the computations of a match share it (kept on the match; nothing is kept
+across calls).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.match import CheckFailed, Match
-from gsrewrite_builtins.producers import NotProven, computation, run, stand_in, submodel
+from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
+from gsrewrite_builtins.sizes import (
+    foreign_dims,
+    proof_lengths,
+    runs_at,
+    structural_constants,
+    table_lengths,
+    threshold_bound,
+)
+
+logger = logging.getLogger(__name__)
 
 #: A masked position must be at least this negative (onnxruntime's own default is -10000).
 MAX_FILTER_VALUE = -1e4
-#: What onnxruntime gets for a bias of float32's lowest value (or -inf). Both give a fully masked row the same
+#: What onnxruntime gets for a padding bias of float32's lowest value. Both give a fully masked row the same
 #: uniform weights: a score below 4e12 vanishes into either when added (ulp(1e20) = 8.8e12), and any other
 #: masked key gets exactly 0 from either. onnxruntime's CPU attention is ~4% faster with it (bert.legacy, 3
-#: sessions each among 24: 1.048 -> 0.998 ms; -1e12 alike, float32 min not).
+#: sessions each among 24: 1.048 -> 0.998 ms; -1e12 alike, float32 min not). (-inf is refused: a fully
+#: masked row is NaN in the original.)
 ORT_LOWEST_FILTER = -1e20
+#: onnxruntime's unidirectional Attention gives future keys float32's lowest value, whatever mask_filter_value
+#: says. A query whose visible keys are all padded (left padding) then attends uniformly to the keys that have
+#: the larger of the two values. The original attends uniformly to all keys when the bias gives padded and
+#: future keys the same value: so a causal bias must mask with exactly float32's lowest, and keeps it.
+CAUSAL_FILTER = float(np.finfo(np.float32).min)
 
 
 @dataclass(frozen=True)
@@ -42,8 +72,8 @@ class PaddingBias:
     filter_value: float
 
 
-#: (id(bias tensor), causal) -> (bias tensor, PaddingBias or the reason it is not one): each check runs once
-_ANALYSED: dict[tuple[int, bool], tuple[gs.Tensor, PaddingBias | str]] = {}
+#: attribute of a Match holding its analyses {causal: PaddingBias or reason}: its check and computations share one
+_MEMO = "_gsrewrite_mask_bias"
 
 
 def padding_mask_bias(match: Match) -> str | None:
@@ -74,8 +104,9 @@ def causal_mask_input(match: Match) -> gs.Variable:
 
 
 def causal_mask_filter(match: Match) -> float:
-    """The value a proven causal + padding bias gives masked positions, as onnxruntime's ``mask_filter_value``."""
-    return _for_onnxruntime(_proven(match, causal=True).filter_value)
+    """The value a proven causal + padding bias gives masked positions (float32's lowest, see
+    :data:`CAUSAL_FILTER`), as onnxruntime's ``mask_filter_value``."""
+    return _proven(match, causal=True).filter_value
 
 
 def _for_onnxruntime(filter_value: float) -> float:
@@ -91,20 +122,17 @@ def _proven(match: Match, causal: bool) -> PaddingBias:
 
 
 def _analysis(match: Match, causal: bool) -> PaddingBias | str:
+    """The proof for this match, run once per match (its check and computations ask in turn)."""
     bias = match.tensor("bias")
     if bias is None:
         return "no additive bias"
-    cached = _ANALYSED.get((id(bias), causal))
-    if cached is not None and cached[0] is bias:
-        return cached[1]
-    if len(_ANALYSED) > 256:
-        _ANALYSED.clear()
-    try:
-        result: PaddingBias | str = _analyse(match, bias, causal)
-    except NotProven as exc:
-        result = str(exc)
-    _ANALYSED[(id(bias), causal)] = (bias, result)
-    return result
+    memo: dict[bool, PaddingBias | str] = match.__dict__.setdefault(_MEMO, {})
+    if causal not in memo:
+        try:
+            memo[causal] = _analyse(match, bias, causal)
+        except NotProven as exc:
+            memo[causal] = str(exc)
+    return memo[causal]
 
 
 def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
@@ -117,22 +145,47 @@ def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
         raise NotProven(f"the bias comes from '{mask.name}', which is not a 2-D mask")
     if mask.dtype is None or np.dtype(mask.dtype).kind not in "biu":
         raise NotProven(f"the bias comes from '{mask.name}' of type {mask.dtype}, not an integer/bool mask")
-    dims = _test_dims(mask)
-    feeds_per_case = [_feeds(mask, shape_inputs, dims, case) for case in range(2)]
-    model = submodel(match.opset, found.nodes, [mask, *shape_inputs], bias)
+    foreign = foreign_dims(shape_inputs, [d for d in mask.shape if isinstance(d, str)])
+    if foreign:
+        raise NotProven(f"the bias {foreign}")
+    evaluate = evaluator(submodel(match.opset, found.nodes, [mask, *shape_inputs], bias), "the bias computation")
     filter_value: float | None = None
-    for feeds in feeds_per_case:
-        value = run(model, feeds, "the bias computation")
-        filter_value = _check_padding(value, feeds[mask.name], filter_value, causal)
-    assert filter_value is not None
+    plan = _test_dims(mask, found.nodes, bias)
+    unfit = ""
+    for dims in plan:
+        for case in range(3):
+            feeds = _feeds(mask, shape_inputs, dims, case)
+            try:
+                value = evaluate(feeds)
+                unfit = runs_at(value, dims[1], (-1, -2)) if value.ndim else None
+            except NotProven as exc:  # the model cannot run at this length either (a sliced table ends)
+                unfit = str(exc)
+            if unfit:
+                logger.debug("the bias cannot be computed or added at sequence %d: %s", dims[1], unfit)
+                break
+            try:
+                filter_value = _check_padding(value, feeds[mask.name], filter_value, causal)
+            except NotProven as exc:
+                raise NotProven(f"{exc} (batch {dims[0]}, sequence {dims[1]})") from None
+    if filter_value is None:
+        raise NotProven(f"the bias fits no tested sequence length ({[d[1] for d in plan]}): {unfit}")
+    if causal and filter_value != CAUSAL_FILTER:
+        raise NotProven(f"the bias masks with {filter_value:g}: a query whose visible keys are all padded would "
+                        "differ (onnxruntime masks future keys with float32's lowest, the bias does not)")
     return PaddingBias(mask, filter_value)
 
 
-def _test_dims(mask: gs.Variable) -> tuple[int, int]:
-    """Concrete (batch, sequence) for the mask: static dims as declared, symbolic ones small (2 and 7)."""
+def _test_dims(mask: gs.Variable, nodes: list[gs.Node], bias: gs.Tensor) -> list[tuple[int, int]]:
+    """Concrete (batch, sequence) pairs to prove the bias at: static dims as declared; a symbolic sequence at
+    every length of :func:`~gsrewrite_builtins.sizes.proof_lengths` (its constants cannot hide a threshold);
+    a symbolic batch at 2 (1 for long sequences)."""
     batch, sequence = mask.shape
-    return (batch if isinstance(batch, int) and batch > 0 else 2,
-            sequence if isinstance(sequence, int) and sequence > 0 else 7)
+    fixed_batch = batch if isinstance(batch, int) and batch > 0 else None
+    if isinstance(sequence, int) and sequence > 0:
+        return [(fixed_batch or 2, sequence)]
+    bound = threshold_bound(structural_constants(nodes, bias))
+    plan = proof_lengths(bound, fixed_batch, "the bias", table_lengths(nodes))
+    return [(fixed_batch or rows, length) for length, rows in plan]
 
 
 def _feeds(mask: gs.Variable, shape_inputs: list[gs.Variable], dims: tuple[int, int],
@@ -142,8 +195,9 @@ def _feeds(mask: gs.Variable, shape_inputs: list[gs.Variable], dims: tuple[int, 
     rows = np.arange(batch)[:, None]
     cols = np.arange(sequence)[None, :]
     holes = (cols + rows + case) % 3 == 2
-    holes[0, :] = case == 1  # row 0: no padding at all, then everything padded...
-    holes[0, 0] = False  # ...but the first position (a fully masked row has no defined attention)
+    if case < 2:  # row 0: no padding at all, then everything padded but the first position (a fully masked
+        holes[0, :] = case == 1  # row has no defined attention); case 2 keeps the holes (batch 1 sees them)
+        holes[0, 0] = False
     mask_value = (~holes).astype(np.dtype(mask.dtype))
     feeds = {mask.name: mask_value}
     named = {d: size for d, size in zip(mask.shape, (batch, sequence), strict=True) if isinstance(d, str)}
@@ -176,7 +230,9 @@ def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | No
         return filter_value if filter_value is not None else MAX_FILTER_VALUE
     if np.any(masked != masked.flat[0]) or not float(masked.flat[0]) <= MAX_FILTER_VALUE:
         raise NotProven("the bias is not one very negative value where the mask is 0")
-    found = max(float(masked.flat[0]), float(np.finfo(np.float32).min))  # -inf: the most negative finite float
+    found = float(masked.flat[0])
+    if not np.isfinite(found):  # a row with every key masked: NaN in the original, uniform weights in the op
+        raise NotProven(f"the bias masks with {found}: a fully masked row would be NaN, not as onnxruntime's")
     if filter_value is not None and found != filter_value:
         raise NotProven("the bias gives masked positions different values for different masks")
     return found

@@ -4,8 +4,9 @@ onnxruntime's EmbedLayerNormalization takes int32 [batch, sequence] ids, 2-D tab
 gamma/beta. Its ``position_ids`` input is optional: without it every row gets positions 0..sequence-1, which
 is what BERT-family exporters compute (a Slice of a registered ``position_ids`` buffer up to the sequence
 length, a Range, or a folded constant). :func:`positions_are_arange` proves that by running the position
-computation (:mod:`gsrewrite_builtins.producers`) for two sequence lengths; when it cannot, the fallback
-pattern passes the model's position ids through.
+computation (:mod:`gsrewrite_builtins.producers`) at every length :mod:`gsrewrite_builtins.sizes` chooses
+(7, 33, 130, past every threshold its constants can make, and the whole of a sliced position buffer); when it
+cannot, the fallback pattern passes the model's position ids through.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 
 from gsrewrite.engine.graph import constant_values
 from gsrewrite.engine.match import Match
-from gsrewrite_builtins.producers import NotProven, values_by_length
+from gsrewrite_builtins.producers import NotProven
+from gsrewrite_builtins.sizes import values_by_length
 
 
 def embedding_operands(match: Match) -> str | None:
@@ -87,7 +89,7 @@ def _prove_arange(match: Match, pids: object, ids: object) -> None:
         _require_arange(value, length)
         return
     for length, value in values_by_length(match.graph, match.opset, pids, "the position ids",
-                                          ids.shape or [None, None], 1):
+                                          ids.shape or [None, None], 1, value_axis=-1):
         _require_arange(value, length)
 
 

@@ -18,6 +18,9 @@ from gsrewrite_builtins.attention import query_heads
 Dim = int | str | None
 
 
+#: onnxruntime's GroupQueryAttention refuses other head sizes at run time ("head_size must be a multiple of 8")
+GQA_HEAD_SIZE_MULTIPLE = 8
+
 #: labels of the repeat_kv nodes (Unsqueeze, Expand, Reshape) of K (inside the RepeatedKeyT fragment) and V
 _STEPS = {"K": ("k/unsqueeze", "k/expand", "k/repeat"), "V": ("v_unsqueeze", "v_expand", "v_repeat")}
 
@@ -41,6 +44,8 @@ def repeated_kv(match: Match) -> str | None:
         return f"Q {q} and K/V of length {k_len}/{v_len}: not self-attention over one sequence"
     if k_heads * k_rep != heads[0] or heads[1] != k_size or _differ(k_size, v_size):
         return f"{heads[0]} Q heads of size {heads[1]} do not match {k_heads}x{k_rep} KV heads of size {k_size}"
+    if heads[1] % GQA_HEAD_SIZE_MULTIPLE:
+        return f"head size {heads[1]}: onnxruntime's GroupQueryAttention needs a multiple of {GQA_HEAD_SIZE_MULTIPLE}"
     return _bias_shape(match, q)
 
 

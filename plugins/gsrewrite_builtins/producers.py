@@ -3,14 +3,15 @@
 Exporters spell side computations (an attention mask's score bias, the position ids of an embedding) in many
 ways. Checks that must know *what* such a tensor holds do not match its spelling: they collect the nodes
 computing it (:func:`computation`), which may read constants, the values of a few graph inputs and the *shapes*
-of other tensors, build a model of just those nodes (:func:`submodel`) and run it on test inputs (:func:`run`).
+of other tensors, build a model of just those nodes (:func:`submodel`) and run it on test inputs
+(:func:`evaluator`, one session for many inputs; :func:`run`). Which lengths a proof must run at to hold for
+all of them is :mod:`gsrewrite_builtins.sizes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -86,30 +87,6 @@ def stand_in(tensor: gs.Variable, sizes: dict[str, int], default: tuple[int, ...
     return np.zeros(shape, dtype=np.dtype(tensor.dtype) if tensor.dtype is not None else np.int64)
 
 
-#: Sequence lengths a shape-only computation is run with (two, so that a constant cannot pass by chance).
-TEST_LENGTHS = (5, 3)
-
-
-def values_by_length(graph: gs.Graph, opset: int, tensor: gs.Tensor, what: str, reference: Sequence[Any],
-                     sequence_axis: int) -> list[tuple[int, np.ndarray]]:
-    """(length, value) of ``tensor``, computed from constants and shapes only (else NotProven), with the
-    ``reference`` shape's ``sequence_axis`` at each of :data:`TEST_LENGTHS` (or its fixed size) and its other
-    symbolic dims at 2; tensors read for their shape follow the reference's dim names, else its axes."""
-    found = computation(graph, tensor, what)
-    if found.value_inputs:
-        raise NotProven(f"{what} depends on the values of '{found.value_inputs[0].name}'")
-    model = submodel(opset, found.nodes, found.shape_inputs, tensor)
-    sequence = reference[sequence_axis]
-    results = []
-    for length in (sequence,) if isinstance(sequence, int) else TEST_LENGTHS:
-        dims = tuple(length if axis == sequence_axis else d if isinstance(d, int) else 2
-                     for axis, d in enumerate(reference))
-        sizes = {d: size for d, size in zip(reference, dims, strict=True) if isinstance(d, str)}
-        feeds = {t.name: stand_in(t, sizes, dims) for t in found.shape_inputs}
-        results.append((length, run(model, feeds, what)))
-    return results
-
-
 def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output: gs.Tensor) -> bytes:
     """``nodes`` alone as a serialized model computing ``output`` (copied: the graph is not touched)."""
     env: dict[int, gs.Tensor] = {}
@@ -137,8 +114,9 @@ def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output
     return model.SerializeToString()
 
 
-def run(model: bytes, feeds: dict[str, np.ndarray], what: str = "the computation") -> np.ndarray:
-    """The single output of ``model`` on ``feeds`` (onnxruntime, no graph optimizations); NotProven on failure."""
+def evaluator(model: bytes, what: str = "the computation") -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+    """A function computing the single output of ``model`` for feeds (one onnxruntime session, no graph
+    optimizations); it and its calls raise NotProven on failure."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -147,6 +125,18 @@ def run(model: bytes, feeds: dict[str, np.ndarray], what: str = "the computation
     options.intra_op_num_threads = 1
     try:
         session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-        return np.asarray(session.run(None, feeds)[0])
     except Exception as exc:  # onnxruntime's exception types are not public
         raise NotProven(f"cannot evaluate {what}: {str(exc).splitlines()[0][:600]}") from None
+
+    def evaluate(feeds: dict[str, np.ndarray]) -> np.ndarray:
+        try:
+            return np.asarray(session.run(None, feeds)[0])
+        except Exception as exc:
+            raise NotProven(f"cannot evaluate {what}: {str(exc).splitlines()[0][:600]}") from None
+
+    return evaluate
+
+
+def run(model: bytes, feeds: dict[str, np.ndarray], what: str = "the computation") -> np.ndarray:
+    """The single output of ``model`` on ``feeds`` (onnxruntime, no graph optimizations); NotProven on failure."""
+    return evaluator(model, what)(feeds)

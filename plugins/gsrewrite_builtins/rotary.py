@@ -8,7 +8,8 @@ Exports with a dynamic sequence compute the tables at run time (``cos(cat(freqs,
 ``rotary-dynamic`` keeps that computation and hands RotaryEmbedding the first half of each table row by
 row: row i of the table is what the model applies at position i, which is what the op reads for position
 0 + i. :func:`rotate_half_dynamic` proves the halves equal by running the table's computation
-(:mod:`gsrewrite_builtins.producers`) for two sequence lengths.
+(:mod:`gsrewrite_builtins.producers`) at every length :mod:`gsrewrite_builtins.sizes` chooses (a table that
+differs only past some position is seen there).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from gsrewrite.engine.graph import constant_values
 from gsrewrite.engine.match import CheckFailed, Match
-from gsrewrite_builtins.producers import NotProven, values_by_length
+from gsrewrite_builtins.producers import NotProven
+from gsrewrite_builtins.sizes import values_by_length
 
 
 def rotate_half(match: Match) -> str | None:
@@ -70,7 +72,7 @@ def _slice(match: Match, which: str, size: int) -> tuple[int, int] | None:
 
 def _static_value(match: Match, name: str) -> np.ndarray | None:
     """A constant's value; for a computed tensor (a slice bound from ``Shape(x)[-1] / 2``), its value when it
-    depends only on shapes and comes out the same for two sequence lengths (else None)."""
+    depends only on shapes and comes out the same at every proof length (else None)."""
     value = match.constant(name)
     tensor = match.tensor(name)
     if value is not None or tensor is None:
@@ -139,7 +141,7 @@ def _prove_equal_halves(match: Match, name: str) -> None:
             raise NotProven(f"the {name} table does not have equal halves")
         return
     for length, value in values_by_length(match.graph, match.opset, tensor, f"the {name} table",
-                                          match.shape("x") or [None] * 4, 2):
+                                          match.shape("x") or [None] * 4, 2, value_axis=-2):
         half = value.shape[-1] // 2 if value.ndim else 0
         if value.ndim < 2 or value.shape[-2] != length or not np.array_equal(value[..., :half], value[..., half:]):
             raise NotProven(f"the {name} table (shape {list(value.shape)} for {length} positions) does not "

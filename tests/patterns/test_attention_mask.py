@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import pytest
@@ -15,7 +17,8 @@ PATTERN = ["attention-mask-index"]
 ATTENTION = f"y = com.microsoft.Attention <num_heads = {HEADS}> (x, w, b, , , bias)"
 
 
-def _model(bias_nodes: str, extra_inputs: str = "", attention: str = ATTENTION) -> onnx.ModelProto:
+def _model(bias_nodes: str, extra_inputs: str = "", attention: str = ATTENTION,
+           constants: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """x [B, S, 8] -> com.microsoft.Attention(x, w, b, , , bias); ``bias_nodes`` compute ``bias`` from ``mask``."""
     rng = np.random.default_rng(0)
     text = f"""
@@ -32,7 +35,7 @@ def _model(bias_nodes: str, extra_inputs: str = "", attention: str = ATTENTION) 
         "zero_i": np.array(0, np.int64), "ax1": np.array([1], np.int64), "ax2": np.array([2], np.int64),
         "ax12": np.array([1, 2], np.int64), "minus_one": np.array(-1.0, np.float32),
         "zero_1": np.array([0], np.int64), "one_i": np.array(1, np.int64),
-        "causal": np.triu(np.full((5, 5), -10000.0, np.float32), 1),
+        "causal": np.triu(np.full((5, 5), -10000.0, np.float32), 1), **(constants or {}),
     })
 
 
@@ -155,8 +158,23 @@ def test_causal_padding_bias_becomes_unidirectional_mask_index() -> None:
     attention = next(n for n in result.model.graph.node if n.op_type == "Attention")
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in attention.attribute}
     assert attrs["unidirectional"] == 1 and attrs["num_heads"] == HEADS
-    assert attrs["mask_filter_value"] == pytest.approx(-1e20)
+    assert attrs["mask_filter_value"] == np.finfo(np.float32).min  # what onnxruntime gives future keys
     assert len(attention.input) == 4 and attention.input[3]
+
+
+def test_left_padded_causal_rows_with_no_visible_key_agree() -> None:
+    # the first queries of a left-padded row see only padded keys: the original attends uniformly to every key
+    # (all float32's lowest), and so does onnxruntime when padded keys get the same value as future ones
+    rng = np.random.default_rng(7)
+    inputs = {"x": rng.standard_normal((2, 6, D)).astype(np.float32),
+              "mask": np.array([[0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1]], np.int64)}
+    assert_rewrite(_model(CAUSAL), BOTH, {"attention-causal-mask-index": 1}, inputs=inputs, atol=1e-5)
+
+
+def test_causal_bias_masking_with_another_value_is_not_fused() -> None:
+    # -10000 for padded and future keys: a left-padded row's first queries would attend differently
+    result = assert_no_rewrite(_model(CAUSAL.replace("(keep, zero, lowest)", "(keep, zero, big)")), BOTH)
+    assert "masks with -10000" in result.near_misses["attention-causal-mask-index"].reason
 
 
 def test_future_keys_kept_is_not_causal() -> None:
@@ -184,3 +202,59 @@ def test_multi_head_attention_takes_the_raw_mask_as_key_padding_mask(bias: str, 
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     assert attrs.get("unidirectional", 0) == unidirectional and attrs["num_heads"] == HEADS
     assert len(node.input) == 5 and node.input[4] and not node.input[3]  # key_padding_mask, no QKV bias
+
+
+# GPT-2 as older transformers export it: the causal part sliced out of a registered [1, 1, P, P] tril buffer
+SLICED_BUFFER = """
+      sh = Shape (mask)
+      n1 = Slice (sh, ax1, ax2)
+      rows = Slice (tril, zero_1, n1, ax2)
+      grid = Slice (rows, zero_1, n1, ax3)
+      pm = Cast <to = 9> (mask)
+      p4 = Unsqueeze (pm, ax12)
+      keep = And (grid, p4)
+      bias = Where (keep, zero, lowest)
+"""
+
+
+def _with_buffer(positions: int, window: int | None = None) -> onnx.ModelProto:
+    keep = np.tril(np.ones((positions, positions), bool))
+    if window is not None:  # a sliding window written into the buffer itself
+        keep &= ~np.tril(np.ones((positions, positions), bool), -window)
+    return _model(SLICED_BUFFER, constants={"tril": keep[None, None], "ax3": np.array([3], np.int64)})
+
+
+def test_a_sliced_causal_buffer_is_proven_up_to_its_end() -> None:
+    # beyond the buffer's 64 positions the model cannot run (the slice ends): those lengths prove nothing
+    rng = np.random.default_rng(6)
+    inputs = {"x": rng.standard_normal((2, 40, D)).astype(np.float32),
+              "mask": (rng.uniform(size=(2, 40)) > 0.2).astype(np.int64)}
+    inputs["mask"][:, 0] = 1
+    assert_rewrite(_with_buffer(64), BOTH, {"attention-causal-mask-index": 1}, inputs=inputs, atol=1e-5)
+
+
+def test_a_window_inside_the_buffer_is_found_past_the_sampled_length() -> None:
+    # causal for the first 25 positions of each row, then a window: only lengths past 25 show it
+    reason = assert_no_rewrite(_with_buffer(64, window=25), BOTH).near_misses["attention-causal-mask-index"].reason
+    found = re.search(r"the key is not in the future \(batch \d+, sequence (\d+)\)", reason)
+    assert found and int(found.group(1)) > 25, reason
+
+
+def test_structural_constants_and_the_lengths_they_need() -> None:
+    import onnx_graphsurgeon as gs
+    from gsrewrite_builtins.producers import NotProven, computation
+    from gsrewrite_builtins.sizes import proof_lengths, structural_constants, threshold_bound
+
+    graph = gs.import_onnx(_model(LEGACY))
+    bias = graph.tensors()["bias"]
+    found = structural_constants(computation(graph, bias).nodes, bias)
+    names = {c.name for c in found}
+    assert "big" not in names and "one" in names  # the masked value only scales; 1 - mask is an offset
+    assert threshold_bound(found) == 4.0  # Unsqueeze axis 2 and the Slice [1:2] of the shape; the rest is 1
+    assert proof_lengths(20.0, None, "x") == [(7, 2), (22, 2), (33, 2), (43, 2), (130, 2), (7, 22), (7, 43)]
+    assert proof_lengths(20.0, 4, "x")[0] == (7, 4)  # a static batch stays as declared
+    assert (403, 1) in proof_lengths(200.0, None, "x")  # long lengths run with batch 1
+    with pytest.raises(NotProven, match="8195 > 8192"):
+        proof_lengths(4096.0, None, "the bias")
+    with pytest.raises(NotProven, match="MB"):
+        proof_lengths(3000.0, 8, "the bias")
