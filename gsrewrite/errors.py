@@ -76,3 +76,8 @@ class RewriteError(GsrewriteError):
 
 class ValidationError(GsrewriteError):
     """onnxruntime could not run a model for validation (as opposed to outputs that disagree)."""
+
+
+class CannotValidateError(ValidationError):
+    """onnxruntime cannot run the original model (unknown op or domain, future opset, no outputs): a rewrite
+    cannot be checked; ``--no-validate`` rewrites without checking."""

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gsrewrite.errors import InputDataError, UsageError, ValidationError
+from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
 from gsrewrite.validation import (
     compare_output,
     generate_inputs,
@@ -142,9 +142,11 @@ def test_identical_models_agree():
     report = validate(bias_model(), bias_model(), runs=2)
     assert report.ok
     assert [o.name for o in report.outputs] == ["y"]
-    assert len(report.per_run) == 2
+    # bias_model's batch is its only dynamic dim: the sample (batch 2) and the small set (batch 1)
+    assert [(c.size_set, c.run) for c in report.per_run] == [("sample", 0), ("sample", 1), ("small", 0), ("small", 1)]
+    assert [s["shapes"] for s in report.sizes] == [{"x": [2, 8]}, {"x": [1, 8]}]
     assert report.worst.max_abs == 0.0
-    assert report.summary().startswith("OK: 1 output(s) agree over 2 runs")
+    assert report.summary().startswith("OK: 1 output(s) agree over 2 runs at each of 2 input sizes")
 
 
 def test_perturbed_weight_fails_with_the_right_error():
@@ -225,7 +227,7 @@ def test_background_validator_raises_in_the_callers_thread():
     broken = bias_model()
     broken.graph.node[0].op_type = "NoSuchOp"
     pending = BackgroundValidator(broken)
-    with pytest.raises(ValidationError, match="cannot load the original model"):
+    with pytest.raises(CannotValidateError, match=r"^cannot validate: .*NoSuchOp.*; --no-validate rewrites without"):
         pending.get()
     with pytest.raises(UsageError):
         BackgroundValidator(bias_model(), runs=0).get()
@@ -287,7 +289,8 @@ def test_attention_masks_keep_the_first_position_of_every_row():
     for seed in range(3):
         mask = generate_inputs(list(plans.values()), seed)["mask"]
         assert mask.shape == (8, 16) and np.all(mask[:, 0] == 1)
-        assert 0 < mask[:, 1:].sum() < mask[:, 1:].size  # holes elsewhere
+        assert 0 < mask[:, 1:].sum() < mask[:, 1:].size  # padding or holes elsewhere
+        assert np.all(mask[2::4] == 1) and not np.all(mask[0::4] == 1)  # rows of kind 2: no padding
 
 
 def test_out_of_range_indices_make_onnxruntime_fail():
@@ -369,8 +372,11 @@ def test_npz_inputs_are_repeated_per_run(tmp_path):
     np.savez(tmp_path / "in.npz", x=x)
     report = validate(bias_model(), perturbed_bias_model(), inputs=tmp_path / "in.npz", runs=2)
     assert report.inputs["x"] == {"shape": [3, 8], "dtype": "float32", "source": "given"}
-    assert [c.run for c in report.per_run] == [0, 1]
-    assert report.outputs[0].mismatches == 2 * 3  # column 3 of 3 rows, twice
+    given = [c for c in report.per_run if c.size_set == "sample"]
+    assert [c.run for c in given] == [0, 1]
+    assert sum(c.mismatches for c in given) == 2 * 3  # column 3 of 3 rows, twice
+    # the small set (batch 1) is generated: column 3 of its one row, twice
+    assert report.outputs[0].mismatches == 2 * 3 + 2 and report.outputs[0].failed_sets == ("sample", "small")
 
 
 def test_given_inputs_are_checked():

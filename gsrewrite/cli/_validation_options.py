@@ -10,7 +10,7 @@ import click
 
 
 def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --inputs, --input-shape, --runs, --atol, --rtol, --seed; the command receives ``validation``,
+    """Add --inputs, --input-shape, --runs, --atol, --rtol, --seed, --max-memory; the command receives ``validation``,
     a dict of keyword arguments for :func:`gsrewrite.validate`."""
     options = [
         click.option("--inputs", "v_inputs", metavar="FILE.npz",
@@ -25,6 +25,9 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Relative tolerance."),
         click.option("--seed", "v_seed", type=int, default=0, show_default=True,
                      help="Seed of the generated inputs."),
+        click.option("--max-memory", "v_max_memory", metavar="SIZE", default=None,
+                     help="Memory budget of a reference run, e.g. 2GB (default: half the available memory); "
+                          "larger input sizes are skipped."),
     ]
 
     @functools.wraps(func)  # keeps click's __click_params__ gathered so far
@@ -50,4 +53,11 @@ def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
         "atol": kwargs.pop("v_atol"),
         "rtol": kwargs.pop("v_rtol"),
         "seed": kwargs.pop("v_seed"),
+        "max_memory": _max_memory(kwargs.pop("v_max_memory")),
     }
+
+
+def _max_memory(value: str | None) -> int | None:
+    from gsrewrite.validation.memory import parse_size
+
+    return None if value is None else parse_size(value)

@@ -24,7 +24,8 @@ def validate(original: str, candidate: str, validation: dict[str, Any], as_json:
     """Run ORIGINAL and CANDIDATE in onnxruntime on the same inputs and compare every output.
 
     An element disagrees when |cand - orig| > atol and |cand - orig| / |orig| > rtol; integer and bool
-    outputs must be equal. Without --inputs, inputs are generated from the models' input signature.
+    outputs must be equal. Without --inputs, inputs are generated from the models' input signature. Both models
+    run at several input sizes (the sample, a small and a long one; see docs/validation.md).
     Exit code 0: the models agree; 1: they do not; 2: bad input.
     """
     from gsrewrite.validation import validate as run_validation
@@ -40,14 +41,18 @@ def validate(original: str, candidate: str, validation: dict[str, Any], as_json:
 
 def _print_report(report: ValidationReport) -> None:
     out = console()
-    title = f"{report.runs} run(s), atol={report.atol:g}, rtol={report.rtol:g}"
+    title = f"{report.runs} run(s) per size, atol={report.atol:g}, rtol={report.rtol:g}"
     out.print(table(title, _COLUMNS, [_row(o) for o in report.outputs]))
+    for size in report.sizes:
+        shapes = ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in size["shapes"].items())
+        out.print(f"{size['name']} inputs: {shapes}", soft_wrap=True)
     if report.extra_outputs:
         out.print("outputs only in the candidate (not compared): " + ", ".join(report.extra_outputs), soft_wrap=True)
     out.print(report.summary(), soft_wrap=True)
 
 
 def _row(o: OutputComparison) -> list[object]:
+    verdict = o.verdict + (f" ({', '.join(o.failed_sets)})" if o.failed_sets else "")
     return [
         o.name,
         "x".join(str(d) for d in o.shape) or "scalar",
@@ -56,7 +61,7 @@ def _row(o: OutputComparison) -> list[object]:
         f"{100 * o.mismatch_fraction:.4g}",
         "" if o.cosine is None else f"{o.cosine:.6f}",
         _non_finite(o),
-        o.verdict,
+        verdict,
     ]
 
 

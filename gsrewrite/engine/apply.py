@@ -142,8 +142,12 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
             pending = _start_validator(reference or original, validation_options, source_path)
         _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get(),
                              on_serialized)
-    elif pending is not None:
-        pending.join()  # nothing to compare; the reference run must not outlive the call
+    elif validate:  # nothing to compare, but an original onnxruntime cannot run cannot be validated either
+        (pending or reference_validator(original, validation_options, source_path)).ensure_runnable()
+    else:
+        from gsrewrite.validation.runner import warn_unvalidated
+
+        warn_unvalidated(reference or original)
     result.after = op_histogram(result.model)
     result.seconds = time.perf_counter() - start
     return result

@@ -76,5 +76,8 @@ def _simplified(model: onnx.ModelProto, options: dict[str, Any],
     except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
         log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
         return model
-    result = simplify(model, validate=False, on_change=on_change, **options)
+    from gsrewrite.validation.runner import unvalidated_inner_step
+
+    with unvalidated_inner_step():  # optimize validates (or warns) at its end
+        result = simplify(model, validate=False, on_change=on_change, **options)
     return result.model if result.changed else model

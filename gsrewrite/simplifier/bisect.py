@@ -16,7 +16,7 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.errors import InputDataError, ValidationError
+from gsrewrite.errors import CannotValidateError, InputDataError, ValidationError
 from gsrewrite.protocols import GraphPass
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,16 @@ class Checker:
         """Wait for the reference run, if started, when no comparison will need it (errors are not raised)."""
         self._pending.join()
 
+    def ensure_runnable(self) -> None:
+        """When nothing changed: raise CannotValidateError if onnxruntime cannot run the original."""
+        self._pending.ensure_runnable()
+
     def _ready(self) -> Any:
         if self._validator is None:
             try:
                 self._validator = self._pending.get()
+            except CannotValidateError:
+                raise
             except ValidationError as exc:  # the original itself cannot run: nothing to compare with
                 raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
         return self._validator

@@ -79,7 +79,11 @@ def simplify(
     if checker is not None and result.changed:
         _validate(result, run, passes, checker)
     elif checker is not None:
-        checker.close()  # nothing to compare: the reference run is not awaited, but must not outlive the call
+        checker.ensure_runnable()  # nothing to compare, but an original onnxruntime cannot run cannot be validated
+    else:
+        from gsrewrite.validation.runner import warn_unvalidated
+
+        warn_unvalidated(original)
     result.seconds = time.perf_counter() - start
     return result
 

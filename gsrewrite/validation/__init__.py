@@ -6,23 +6,28 @@
     report = validate("model.onnx", "model.opt.onnx", input_shapes={"batch": 1}, runs=3)
     assert report.ok, report.summary()
 
-See ``docs/validation.md`` for the metrics, the pass/fail rule and how inputs are generated.
+See ``docs/validation.md`` for the metrics, the pass/fail rule, the input sizes validated, how inputs are
+generated and the memory budget.
 """
 
 from __future__ import annotations
 
 from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
+from gsrewrite.validation.memory import MemoryBudgetError
 from gsrewrite.validation.metrics import compare_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport
 from gsrewrite.validation.shapes import parse_input_shape, resolve_shapes
 from gsrewrite.validation.signature import InputSpec, model_inputs
+from gsrewrite.validation.sizes import SizeSet, size_sets
 from gsrewrite.validation.validator import Validator, validate
 
 __all__ = [
     "InputPlan",
     "InputSpec",
+    "MemoryBudgetError",
     "OutputComparison",
+    "SizeSet",
     "ValidationReport",
     "Validator",
     "compare_output",
@@ -33,5 +38,6 @@ __all__ = [
     "plan_inputs",
     "prepare_inputs",
     "resolve_shapes",
+    "size_sets",
     "validate",
 ]

@@ -15,7 +15,8 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.validation.runner import ModelArg, serialized_source
+from gsrewrite.errors import CannotValidateError
+from gsrewrite.validation.runner import ModelArg, check_runnable, serialized_source
 from gsrewrite.validation.validator import Validator
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ class BackgroundValidator:
     def join(self) -> None:
         """Wait for the worker without taking its result (for a caller that no longer needs it)."""
         self._thread.join()
+
+    @property
+    def error(self) -> BaseException | None:
+        """What ``Validator(...)`` raised on the worker, once it is done (``None`` if nothing)."""
+        return self._error
 
     def get(self) -> Validator:
         """The prepared validator (waits for the worker); raises what ``Validator(...)`` raised."""
@@ -80,3 +86,14 @@ class LazyValidator:
     def get(self) -> Validator:
         """The prepared validator (starting the run if nobody did); raises what ``Validator(...)`` raised."""
         return self.start()._running.get()  # type: ignore[union-attr]
+
+    def ensure_runnable(self) -> None:
+        """For a model nothing changed (nothing to compare): raise :class:`CannotValidateError` when onnxruntime
+        cannot run the original. A started reference run is awaited (only that error is raised from it);
+        otherwise only the original's session is created."""
+        if self._running is None:
+            check_runnable(self._original, self._options.get("providers"))
+            return
+        self._running.join()
+        if isinstance(self._running.error, CannotValidateError):
+            raise self._running.error

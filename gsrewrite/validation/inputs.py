@@ -6,10 +6,14 @@ input order:
 * floats: standard normal N(0, 1), cast to the input dtype;
 * integers that reach a ``Gather``'s indices (see :mod:`gsrewrite.validation.index_bounds`): uniform in
   ``[0, rows)`` of the gathered table;
-* other integers (masks, token types, flags): uniform in ``[0, 2)``; in a 2-D integer input named like a
-  mask (``attention_mask``), the first position of every row is 1: a row with no visible key (every score
-  masked) has no defined attention, and kernels legitimately differ there (uniform weights, zeros, NaN);
-* bools: True or False with probability 1/2.
+* other integers (token types, flags): uniform in ``[0, 2)``;
+* 2-D integer or bool inputs named like a mask (``attention_mask``): 0/1 rows of four kinds, cycling over the
+  rows of every set drawn (``mask_offset`` continues the cycle across runs and size sets): padding on the
+  right, padding on the left, no padding, and random holes. The first position of every row stays 1 (left
+  padding starts after it): a row with no visible key has no defined attention, and kernels legitimately
+  differ there (uniform weights, zeros, NaN); with a causal mask, left padding from position 0 would leave the
+  first queries without any visible key;
+* other bools: True or False with probability 1/2.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from gsrewrite.validation.signature import InputSpec
 
 #: Exclusive upper bound of integer inputs that do not index a table.
 DEFAULT_INT_HIGH = 2
+#: The kinds of mask rows, drawn in turn.
+MASK_KINDS = ("right padding", "left padding", "no padding", "holes")
 
 
 @dataclass(frozen=True)
@@ -43,25 +49,24 @@ class InputPlan:
     #: an attention mask: every row keeps its first position (see the module doc)
     mask: bool = False
 
-    def draw(self, rng: np.random.Generator) -> np.ndarray:
-        """One random array following the plan."""
+    def draw(self, rng: np.random.Generator, mask_offset: int = 0) -> np.ndarray:
+        """One random array following the plan (``mask_offset``: the kind of a mask's first row)."""
         kind = self.dtype.kind
+        if self.mask and len(self.shape) == 2:
+            return draw_mask(rng, self.shape, self.dtype, mask_offset)
         if kind == "b":  # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime refuses
             return np.asarray(rng.random(self.shape) < 0.5)
         if kind in "iu":
-            values = np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
-                                             dtype=self.dtype))
-            if self.mask and values.ndim == 2 and values.shape[1] > 0:
-                values[:, 0] = 1
-            return values
+            return np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
+                                           dtype=self.dtype))
         return np.asarray(rng.standard_normal(self.shape), dtype=self.dtype)
 
     def describe(self) -> dict[str, Any]:
         """Shape, dtype, source and value range, for the report."""
-        if self.dtype.kind in "iu":
-            values: str = f"uniform integers in [{self.low}, {self.high})"
-            if self.mask:
-                values += ", first position of every row 1"
+        if self.mask:
+            values = "0/1 mask rows: " + ", ".join(MASK_KINDS) + " in turn (never fully masked)"
+        elif self.dtype.kind in "iu":
+            values = f"uniform integers in [{self.low}, {self.high})"
         elif self.dtype.kind == "b":
             values = "random bools"
         else:
@@ -87,14 +92,39 @@ def plan_inputs(
             )
         if dtype.kind in "iu":
             high = min(bounds.get(spec.name, DEFAULT_INT_HIGH), int(np.iinfo(dtype).max) + 1)
-            is_mask = spec.name not in bounds and "mask" in spec.name.lower() and len(shapes[spec.name]) == 2
+            is_mask = spec.name not in bounds and _is_mask(spec.name, shapes[spec.name])
             plans.append(InputPlan(spec.name, shapes[spec.name], dtype, 0, high, mask=is_mask))
         else:
-            plans.append(InputPlan(spec.name, shapes[spec.name], dtype))
+            is_mask = dtype.kind == "b" and _is_mask(spec.name, shapes[spec.name])
+            plans.append(InputPlan(spec.name, shapes[spec.name], dtype, mask=is_mask))
     return plans
 
 
-def generate_inputs(plans: Sequence[InputPlan], seed: int) -> dict[str, np.ndarray]:
-    """One input set: every plan drawn in order from ``default_rng(seed)``."""
+def generate_inputs(plans: Sequence[InputPlan], seed: int | Sequence[int], mask_offset: int = 0
+                    ) -> dict[str, np.ndarray]:
+    """One input set: every plan drawn in order from ``default_rng(seed)``; masks start their cycle of row kinds
+    at ``mask_offset``."""
     rng = np.random.default_rng(seed)
-    return {plan.name: plan.draw(rng) for plan in plans}
+    return {plan.name: plan.draw(rng, mask_offset) for plan in plans}
+
+
+def _is_mask(name: str, shape: tuple[int, ...]) -> bool:
+    return "mask" in name.lower() and len(shape) == 2
+
+
+def draw_mask(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> np.ndarray:
+    """0/1 rows of the kinds :data:`MASK_KINDS` in turn, row ``r`` of kind ``(offset + r) % 4``; rows of one
+    position stay 1."""
+    values = np.ones(shape, dtype=dtype)
+    rows, length = shape
+    for row in range(rows if length > 1 else 0):
+        kind = MASK_KINDS[(offset + row) % len(MASK_KINDS)]
+        if kind == "right padding":
+            values[row, int(rng.integers(1, length)):] = 0
+        elif kind == "left padding" and length > 2:
+            values[row, 1:length - int(rng.integers(1, length - 1))] = 0
+        elif kind == "holes":
+            holes = rng.random(length) < 0.5
+            holes[0] = False
+            values[row, holes] = 0
+    return values

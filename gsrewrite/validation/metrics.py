@@ -10,6 +10,7 @@ compared exactly.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -107,12 +108,13 @@ def _compare_non_numeric(base: OutputComparison, ref: np.ndarray, cand: np.ndarr
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine of the angle between two flattened arrays: 1.0 when both are all zero, 0.0 when one is."""
     a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
-    norm_a, norm_b = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    # einsum, not BLAS (np.dot, np.linalg.norm): on small outputs BLAS's thread pool costs more than the sums
+    norm_a, norm_b = math.sqrt(float(np.einsum("i,i->", a, a))), math.sqrt(float(np.einsum("i,i->", b, b)))
     if norm_a == 0.0 and norm_b == 0.0:
         return 1.0
     if norm_a == 0.0 or norm_b == 0.0:
         return 0.0
-    return max(-1.0, min(1.0, float(np.dot(a, b)) / (norm_a * norm_b)))
+    return max(-1.0, min(1.0, float(np.einsum("i,i->", a, b)) / (norm_a * norm_b)))
 
 
 def _reference_magnitude(b: np.ndarray) -> np.ndarray:

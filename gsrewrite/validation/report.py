@@ -36,6 +36,10 @@ class OutputComparison:
     inf_original: int = 0
     inf_candidate: int = 0
     problem: str | None = None
+    #: the size set of this comparison (``sample``, ``small``, ``long``); ``None`` once folded
+    size_set: str | None = None
+    #: folded: the size sets in which the output disagreed
+    failed_sets: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -59,6 +63,7 @@ class OutputComparison:
         data = dataclasses.asdict(self)
         data["shape"] = list(self.shape)
         data["candidate_shape"] = None if self.candidate_shape is None else list(self.candidate_shape)
+        data["failed_sets"] = list(self.failed_sets)
         data.update(ok=self.ok, verdict=self.verdict, mismatch_fraction=self.mismatch_fraction)
         return data
 
@@ -67,9 +72,12 @@ def merge_runs(per_run: Sequence[OutputComparison]) -> OutputComparison:
     """Fold the comparisons of one output over several runs into one (worst values, summed counts)."""
     first = per_run[0]
     problems = [c.problem for c in per_run if c.problem is not None]
+    failed_sets = tuple(dict.fromkeys(c.size_set for c in per_run if not c.ok and c.size_set is not None))
     return dataclasses.replace(
         first,
         run=None,
+        size_set=None,
+        failed_sets=failed_sets,
         elements=sum(c.elements for c in per_run),
         mismatches=sum(c.mismatches for c in per_run),
         max_abs=_fold(max, [c.max_abs for c in per_run]),
@@ -93,8 +101,10 @@ class ValidationReport:
     """The result of :func:`gsrewrite.validation.validate`.
 
     ``outputs`` holds one comparison per output of the original model, folded over all runs;
-    ``per_run`` holds the same per run. ``inputs`` describes the data fed to both models (shape, dtype,
-    where it came from, the value range when generated); ``timings`` holds seconds per model and phase.
+    ``per_run`` holds the same per size set and run (``size_set``, ``run``). ``runs`` is the number of input
+    sets per size. ``sizes`` lists the size sets that ran, in order (``name``, the input ``shapes``, and the
+    ``inputs`` described); ``inputs`` describes the first (the sample): shape, dtype, where it came from, the
+    value range when generated. ``timings`` holds seconds per model and phase.
     """
 
     outputs: list[OutputComparison]
@@ -106,6 +116,7 @@ class ValidationReport:
     inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra_outputs: list[str] = field(default_factory=list)
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
+    sizes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -127,12 +138,23 @@ class ValidationReport:
         """One line: the verdict, the tolerances, and the worst or the failing outputs."""
         tol = f"atol={self.atol:g}, rtol={self.rtol:g}"
         runs = f"{self.runs} run" + ("s" if self.runs != 1 else "")
+        if len(self.sizes) > 1:
+            runs += f" at each of {len(self.sizes)} input sizes ({', '.join(self.size_names())})"
         if self.ok:
             worst = self.worst
             detail = f" (worst: {worst.name} max abs {worst.max_abs:.3g})" if worst else ""
             return f"OK: {len(self.outputs)} output(s) agree over {runs} within {tol}{detail}"
-        parts = [_describe_failure(o) for o in self.failed]
+        parts = [_describe_failure(o, self._shapes_of(o.failed_sets)) for o in self.failed]
         return f"MISMATCH: {len(parts)} of {len(self.outputs)} output(s) disagree ({tol}): " + "; ".join(parts)
+
+    def size_names(self) -> list[str]:
+        """``sample 2x16``, ``small 1x3``, ...: each size set that ran, with the shape of its first input."""
+        return [f"{s['name']} {_shape_text(next(iter(s['shapes'].values()), []))}" for s in self.sizes]
+
+    def _shapes_of(self, names: Sequence[str]) -> list[str]:
+        by_name = {s["name"]: s["shapes"] for s in self.sizes}
+        return [f"{name} set ({', '.join(f'{k} {_shape_text(v)}' for k, v in by_name.get(name, {}).items())})"
+                for name in names]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (NaN/Inf floats are left to the JSON writer)."""
@@ -148,13 +170,19 @@ class ValidationReport:
             "per_run": [o.to_dict() for o in self.per_run],
             "extra_outputs": list(self.extra_outputs),
             "timings": self.timings,
+            "sizes": self.sizes,
         }
 
 
-def _describe_failure(o: OutputComparison) -> str:
+def _describe_failure(o: OutputComparison, failed_in: list[str]) -> str:
+    where = f" in the {' and the '.join(failed_in)}" if failed_in else ""
     if o.problem is not None:
-        return f"{o.name}: {o.problem}"
+        return f"{o.name}: {o.problem}{where}"
     text = f"{o.name}: {o.mismatch_fraction:.3%} of elements outside tolerance"
     if o.max_abs is not None:
         text += f", max abs {o.max_abs:.3g}"
-    return text
+    return text + where
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"

@@ -9,6 +9,7 @@ tensors in an external data file.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import tempfile
@@ -22,7 +23,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import EncodeError
 
-from gsrewrite.errors import ValidationError
+from gsrewrite.errors import CannotValidateError, ValidationError
 from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
 
@@ -119,11 +120,76 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
         try:
             session = ort.InferenceSession(model_arg, options, providers=list(providers or DEFAULT_PROVIDERS))
         except Exception as exc:  # onnxruntime's exception types are not part of its public API
+            if source.role == "original":
+                raise cannot_validate(_first_line(exc)) from None
             raise ValidationError(f"onnxruntime cannot load the {source.role} model: {_first_line(exc)}") from None
         seconds = time.perf_counter() - start
         log.debug("%s session created in %.3f s", source.role, seconds)
         names = [o.name for o in session.get_outputs()]
         yield Session(source.role, session, names, seconds)
+
+
+def cannot_validate(reason: str) -> CannotValidateError:
+    """The error for an original that onnxruntime cannot run: nothing can be compared with it."""
+    return CannotValidateError(f"cannot validate: {reason}; --no-validate rewrites without checking")
+
+
+def check_outputs(source: ModelSource) -> None:
+    """Raise :class:`CannotValidateError` when the model has no outputs (there would be nothing to compare)."""
+    if not source.proto.graph.output:
+        raise cannot_validate(f"the {source.role} model has no outputs")
+
+
+def check_runnable(model: ModelArg, providers: Sequence[str] | None = None) -> None:
+    """Raise :class:`CannotValidateError` unless onnxruntime can load ``model`` as an original (its session is
+    created and closed; nothing runs). For a model nothing changed, whose validation is otherwise skipped."""
+    source = resolve_model(model, "original")
+    check_outputs(source)
+    with open_session(source, providers, reuse_memory=False):
+        pass
+
+
+#: Operator domains onnxruntime's CPU provider implements (other domains need a custom op library).
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.training",
+                           "ai.onnx.preview.training", "com.ms.internal.nhwc"})
+_warned: set[tuple[str, str]] = set()
+_inner_step: contextvars.ContextVar[bool] = contextvars.ContextVar("gsrewrite_unvalidated_inner", default=False)
+
+
+@contextlib.contextmanager
+def unvalidated_inner_step() -> Iterator[None]:
+    """Within: :func:`warn_unvalidated` stays quiet (an unvalidated step of a command that validates at its end,
+    as ``optimize``'s cleanup)."""
+    token = _inner_step.set(True)
+    try:
+        yield
+    finally:
+        _inner_step.reset(token)
+
+
+def why_unrunnable(model: onnx.ModelProto) -> str | None:
+    """A reason onnxruntime will not run ``model``, found without a session (no outputs, an opset newer than
+    onnx knows, an op domain it does not implement), or ``None``: a cheap look for ``--no-validate``."""
+    if not model.graph.output:
+        return "the model has no outputs"
+    newest = onnx.defs.onnx_opset_version()
+    for opset in model.opset_import:
+        if opset.domain in ("", "ai.onnx") and opset.version > newest:
+            return f"opset {opset.version} is newer than any onnx knows ({newest})"
+    local = {f.domain for f in model.functions}
+    unknown = sorted({n.domain for n in model.graph.node} - KNOWN_DOMAINS - local)
+    return f"ops of the unknown domain {unknown[0]!r}" if unknown else None
+
+
+def warn_unvalidated(model: onnx.ModelProto) -> None:
+    """For a rewrite without validation: log a warning (once per model name and reason) when onnxruntime
+    would not run the model (see :func:`why_unrunnable`)."""
+    if _inner_step.get():
+        return
+    reason = why_unrunnable(model)
+    if reason is not None and (model.graph.name, reason) not in _warned:
+        _warned.add((model.graph.name, reason))
+        log.warning("not validated, and onnxruntime could not have validated it: %s", reason)
 
 
 #: Models with at most this many bytes of weights run on one thread: on validation's small inputs a thread pool

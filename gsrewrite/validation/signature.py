@@ -61,8 +61,9 @@ def _spec(value_info: onnx.ValueInfoProto) -> InputSpec:
 
 
 def _dim(dim: onnx.TensorShapeProto.Dimension) -> Dim:
+    """A fixed size, a symbolic name, or ``None``; a negative size (``-1``, as paddle2onnx writes) is dynamic."""
     if dim.HasField("dim_value"):
-        return int(dim.dim_value)
+        return int(dim.dim_value) if dim.dim_value >= 0 else None
     return dim.dim_param or None
 
 

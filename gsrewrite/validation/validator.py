@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
-from gsrewrite.validation.given_inputs import InputSource, describe_given, prepare_inputs
-from gsrewrite.validation.inputs import generate_inputs, plan_inputs
+from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
+from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
+from gsrewrite.validation.memory import default_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
-from gsrewrite.validation.runner import ModelArg, ModelSource, Session, open_session, resolve_model
-from gsrewrite.validation.shapes import GROWN_DEFAULTS, OTHER_DEFAULT, ShapeSpec, resolve_shapes
+from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
+from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
+from gsrewrite.validation.sizes import Shapes, SizeSet, size_sets, symbols_consistent
 
 log = logging.getLogger(__name__)
 
-Feeds = Callable[[int], dict[str, np.ndarray]]
 #: Generated inputs are not grown beyond this many elements in all (64 MB of float32).
 MAX_GROWN_ELEMENTS = 1 << 24
 #: Generated inputs up to this many elements in all skip onnxruntime's memory-reuse planning.
@@ -37,21 +40,27 @@ def validate(
     rtol: float = 1e-3,
     seed: int = 0,
     providers: Sequence[str] | None = None,
+    max_memory: int | str | None = None,
 ) -> ValidationReport:
     """Run ``original`` and ``candidate`` in onnxruntime on the same inputs and compare their outputs.
 
-    Both models are ``onnx.ModelProto`` objects or paths. ``inputs`` is a dict name -> array or the path
-    of an ``.npz`` file; without it, ``runs`` input sets are generated from ``seed`` (``input_shapes``
-    fixes dynamic dims: ``{"input_ids": (1, 128)}`` or ``{"batch": 1}``). With given inputs, ``runs``
-    repeats them. An element disagrees when ``|a - b| > atol`` and ``|a - b| / |b| > rtol`` (polygraphy's
-    rule, ``b`` from the original); integer and bool outputs must be equal.
+    Both models are ``onnx.ModelProto`` objects or paths. The models run on several size sets (the sample, a
+    small and a long one: see :mod:`gsrewrite.validation.sizes`), ``runs`` input sets per size. ``inputs`` is
+    a dict name -> array or the path of an ``.npz`` file: the sample (the other sizes are generated); without
+    it inputs are generated from ``seed`` (``input_shapes`` fixes dynamic dims: ``{"input_ids": (1, 128)}`` or
+    ``{"batch": 1}``, in every set). With given inputs, ``runs`` repeats them. An element disagrees when
+    ``|a - b| > atol`` and ``|a - b| / |b| > rtol`` (polygraphy's rule, ``b`` from the original); integer
+    and bool outputs must be equal. ``max_memory`` (bytes or ``"2GB"``; default half the available memory)
+    bounds the estimated peak memory of a run: larger size sets are dropped.
 
     Raises :class:`~gsrewrite.errors.InputDataError` when the inputs do not fit the models (or the
-    models take different inputs), :class:`~gsrewrite.errors.ValidationError` when onnxruntime cannot
-    load or run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
+    models take different inputs; :class:`~gsrewrite.validation.memory.MemoryBudgetError` when even the
+    first set is over the memory budget), :class:`~gsrewrite.errors.CannotValidateError` when onnxruntime
+    cannot load the original (or it has no outputs), :class:`~gsrewrite.errors.ValidationError` when
+    onnxruntime cannot run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
     """
     validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
-                          seed=seed, providers=providers)
+                          seed=seed, providers=providers, max_memory=max_memory)
     return validator.check(candidate)
 
 
@@ -64,40 +73,73 @@ class Validator:
 
     def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
-                 seed: int = 0, providers: Sequence[str] | None = None) -> None:
+                 seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None) -> None:
         _check_options(runs, atol, rtol)
+        if inputs is not None and input_shapes:
+            raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
+        self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
+        check_outputs(self.original)
         self.specs = model_inputs(self.original.proto)
         self.reuse_memory = not _small_inputs(self.specs, self.original, inputs, input_shapes)
+        given = prepare_inputs(inputs, self.specs) if inputs is not None else None
         with open_session(self.original, providers, self.reuse_memory) as session:
-            self.feeds, self.described, self.outputs = self._reference_runs(session, inputs, input_shapes)
+            self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
+        self.described = self.sets[0].described
 
-    def _reference_runs(self, session: Session, inputs: InputSource | None, input_shapes: ShapeSpec | None
-                        ) -> tuple[Feeds, dict[str, dict[str, Any]], list[dict[str, Any]]]:
-        """The inputs and the original's outputs. Generated inputs whose dynamic dims the original rejects
-        (a convolution wider than 16 samples) are generated again with those dims larger (GROWN_DEFAULTS)."""
-        tried: list[dict[str, dict[str, Any]]] = []
-        for size in GROWN_DEFAULTS:
-            feeds, described = _input_feeds(self.specs, self.original, inputs, input_shapes, self.seed, size)
-            if tried and described == tried[-1]:
-                break  # no dynamic dim follows the size: a larger one cannot help
+    def _reference_runs(self, session: Session, given: dict[str, np.ndarray] | None,
+                        input_shapes: ShapeSpec | None) -> tuple[list[InputSet], list[list[dict[str, Any]]]]:
+        """The input sets and the original's outputs on each (a list per set, one entry per run)."""
+        first, sizes, first_outputs = self._first_set(session, given, input_shapes)
+        sets, outputs = [first], [first_outputs]
+        offset = self.runs * first.mask_rows
+        for index, size in enumerate(sizes[1:], start=1):
             try:
-                outputs = [_run(session, feeds(run), described) for run in range(self.runs)]
-            except ValidationError:
-                if inputs is not None or _elements(described) * 16 > MAX_GROWN_ELEMENTS:
-                    raise
-                tried.append(described)
+                input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
+                                      like=sets[-1])
+                input_set.mask_offset = offset
+                outputs.append([_run(session, input_set.feed(run), input_set.described) for run in range(self.runs)])
+            except (InputDataError, ValidationError) as exc:
+                log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
                 continue
-            if tried:
-                log.info("the original rejects generated inputs with dynamic dims of %s: used %d",
-                         "/".join(str(s) for s in GROWN_DEFAULTS[:len(tried)]), size)
-            return feeds, described, outputs
-        feeds, described = _input_feeds(self.specs, self.original, inputs, input_shapes, self.seed)
-        outputs = [_run(session, feeds(run), described) for run in range(self.runs)]  # raises, as first
-        return feeds, described, outputs
+            sets.append(input_set)
+            offset += self.runs * input_set.mask_rows
+        return sets, outputs
+
+    def _first_set(self, session: Session, given: dict[str, np.ndarray] | None, input_shapes: ShapeSpec | None
+                   ) -> tuple[InputSet, list[SizeSet], list[dict[str, Any]]]:
+        """The sample set, the size sets that fit the budget, and the original's outputs on the sample. Generated
+        inputs whose dynamic dims the original rejects (a convolution wider than 16 samples) are generated again
+        with those dims larger (GROWN_DEFAULTS)."""
+        proto = self.original.proto
+        if given is not None:
+            sample = {name: tuple(array.shape) for name, array in given.items()}
+            sizes = self._sizes(sample, None) if symbols_consistent(self.specs, sample) else [SizeSet("sample", sample)]
+            first = build_set(proto, self.specs, sizes[0], 0, self.seed, given)
+            return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+        tried: list[Shapes] = []
+        for other in GROWN_DEFAULTS:
+            shapes = resolve_shapes(self.specs, input_shapes, other)
+            if tried and shapes == tried[-1]:
+                break  # no dynamic dim follows the size: a larger one cannot help
+            sizes = self._sizes(shapes, input_shapes)
+            first = build_set(proto, self.specs, sizes[0], 0, self.seed)
+            try:
+                return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+            except ValidationError:
+                if sum(math.prod(s) for s in shapes.values()) * 16 > MAX_GROWN_ELEMENTS:
+                    raise
+                tried.append(shapes)
+                log.info("the original rejects generated inputs of shapes %s: trying larger dynamic dims", shapes)
+        sizes = self._sizes(resolve_shapes(self.specs, input_shapes), input_shapes)
+        first = build_set(proto, self.specs, sizes[0], 0, self.seed)
+        return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+
+    def _sizes(self, sample: Shapes, input_shapes: ShapeSpec | None) -> list[SizeSet]:
+        return fit_budget(self.original.proto, self.specs, size_sets(self.specs, sample, input_shapes), self.budget)
 
     def check(self, candidate: ModelArg) -> ValidationReport:
         """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
@@ -105,17 +147,25 @@ class Validator:
         check_same_inputs(self.specs, model_inputs(model.proto))
         per_run: list[OutputComparison] = []
         with open_session(model, self.providers, self.reuse_memory) as session:
-            for run in range(self.runs):
-                outputs = _run(session, self.feeds(run), self.described)
-                per_run += compare_run(run, self.outputs[run], outputs, self.atol, self.rtol)
+            for input_set, expected in zip(self.sets, self.outputs, strict=True):
+                for run in range(self.runs):
+                    outputs = _run(session, input_set.feed(run), input_set.described)
+                    compared = compare_run(run, expected[run], outputs, self.atol, self.rtol)
+                    per_run += [dataclasses.replace(c, size_set=input_set.size.name) for c in compared]
             extra = [name for name in session.output_names if name not in self.output_names]
             timings = {**self.timings, "candidate": _timings(model, session)}
         report = ValidationReport(
             outputs=_fold_runs(per_run), per_run=per_run, runs=self.runs, atol=self.atol, rtol=self.rtol,
             seed=self.seed, inputs=self.described, extra_outputs=extra, timings=timings,
+            sizes=[_size_entry(s) for s in self.sets],
         )
         log.info("%s", report.summary())
         return report
+
+
+def _size_entry(input_set: InputSet) -> dict[str, Any]:
+    shapes = {name: list(shape) for name, shape in input_set.size.shapes.items()}
+    return {"name": input_set.size.name, "shapes": shapes, "inputs": input_set.described}
 
 
 def compare_run(
@@ -156,25 +206,6 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
 
 
-def _input_feeds(
-    specs: list[Any],
-    original: ModelSource,
-    inputs: InputSource | None,
-    input_shapes: ShapeSpec | None,
-    seed: int,
-    other_size: int = OTHER_DEFAULT,
-) -> tuple[Feeds, dict[str, dict[str, Any]]]:
-    if inputs is not None:
-        if input_shapes:
-            raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
-        feed = prepare_inputs(inputs, specs)
-        return (lambda run: feed), describe_given(feed)
-    plans = plan_inputs(original.proto, specs, input_shapes, other_size)
-    for plan in plans:
-        log.info("input %s: %s", plan.name, plan.describe())
-    return (lambda run: generate_inputs(plans, seed + run)), {p.name: p.describe() for p in plans}
-
-
 def _small_inputs(specs: list[Any], original: ModelSource, inputs: InputSource | None,
                   input_shapes: ShapeSpec | None) -> bool:
     """Inputs of at most SMALL_INPUT_ELEMENTS in all (token ids, short audio), even at the largest size the
@@ -187,10 +218,6 @@ def _small_inputs(specs: list[Any], original: ModelSource, inputs: InputSource |
     except (InputDataError, UsageError):
         return False
     return sum(int(np.prod(shape)) for shape in shapes.values()) <= SMALL_INPUT_ELEMENTS
-
-
-def _elements(described: dict[str, dict[str, Any]]) -> int:
-    return sum(int(np.prod(d["shape"])) for d in described.values())
 
 
 def _fold_runs(per_run: list[OutputComparison]) -> list[OutputComparison]:

@@ -1,0 +1,135 @@
+"""The input sets of a validation, one per size set: shapes checked against the memory budget, then the feeds.
+
+Everything here is decided from shapes before any array is allocated: :func:`fit_budget` drops the sets the
+memory budget cannot hold (the largest first) and raises :class:`MemoryBudgetError` when even the first set is
+over it. :func:`build_set` then makes the feeds: the user's arrays for a given sample, generated arrays
+(:mod:`gsrewrite.validation.inputs`) otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from gsrewrite.validation.given_inputs import describe_given
+from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
+from gsrewrite.validation.memory import MemoryBudgetError, estimate_peak, input_bytes
+from gsrewrite.validation.signature import InputSpec
+from gsrewrite.validation.sizes import SizeSet
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class InputSet:
+    """The inputs of one size set: :meth:`feed` gives the feed of a run; ``described`` is for the report.
+
+    Run ``r`` of set 0 draws from ``default_rng(seed + r)`` (as before there were size sets), run ``r`` of set
+    ``k > 0`` from ``default_rng([seed + r, k])``; mask rows start their cycle of kinds at ``mask_offset``.
+    """
+
+    size: SizeSet
+    described: dict[str, dict[str, Any]]
+    plans: list[InputPlan] = field(default_factory=list)
+    given: Mapping[str, np.ndarray] | None = None
+    seed: int = 0
+    index: int = 0
+    mask_offset: int = 0
+
+    @property
+    def mask_rows(self) -> int:
+        """Rows of the generated masks in one run (0 without a mask)."""
+        return max((plan.shape[0] for plan in self.plans if plan.mask), default=0)
+
+    def feed(self, run: int) -> dict[str, np.ndarray]:
+        """The feed of run ``run``."""
+        if self.given is not None:
+            return dict(self.given)
+        seed = self.seed + run if self.index == 0 else [self.seed + run, self.index]
+        return generate_inputs(self.plans, seed, self.mask_offset + run * self.mask_rows)
+
+
+def fit_budget(model: onnx.ModelProto, specs: Sequence[InputSpec], sets: list[SizeSet], budget: int
+               ) -> list[SizeSet]:
+    """The sets whose estimated peak memory fits ``budget``, in order; the largest sets are dropped first.
+
+    Sets are estimated from the largest down; a set no larger in any dim than one that fits is not estimated
+    (shape inference is most of the cost). Raises :class:`MemoryBudgetError` when the first set does not fit.
+    """
+    itemsizes = {spec.name: _itemsize(spec) for spec in specs}
+    fitting: list[SizeSet] = []
+    dropped: set[str] = set()
+    for size in sorted(sets, key=lambda s: -input_bytes(s.shapes, itemsizes)[0]):
+        if any(_within(size, larger) for larger in fitting):
+            fitting.append(size)
+            continue
+        total, largest = _estimate(model, size, itemsizes, budget)
+        if total <= budget:
+            fitting.append(size)
+        elif size is sets[0]:
+            raise MemoryBudgetError(
+                f"validation needs about {format_bytes(total)} to run the original on {size.describe()}, over the "
+                f"memory budget of {format_bytes(budget)} (largest tensor {largest[0]}: {format_bytes(largest[1])}); "
+                "give smaller inputs with --input-shape, or skip validation with --no-validate"
+            )
+        else:
+            dropped.add(size.name)
+            log.warning("validation skips the %s input set: it needs about %s, over the memory budget of %s",
+                        size.describe(), format_bytes(total), format_bytes(budget))
+    return [size for size in sets if size.name not in dropped]
+
+
+def _estimate(model: onnx.ModelProto, size: SizeSet, itemsizes: dict[str, int], budget: int
+              ) -> tuple[int, tuple[str, int]]:
+    """Estimated peak bytes of a set, and its largest tensor (name, bytes). Inputs over budget alone skip
+    shape inference."""
+    total, name, nbytes = input_bytes(size.shapes, itemsizes)
+    if total <= budget:
+        estimate = estimate_peak(model, size.shapes)
+        total = max(total, estimate.peak)
+        if estimate.largest_bytes > nbytes:
+            name, nbytes = estimate.largest, estimate.largest_bytes
+    return total, (name, nbytes)
+
+
+def _within(size: SizeSet, larger: SizeSet) -> bool:
+    """Every dim of every input of ``size`` is at most the same dim in ``larger``."""
+    return all(len(shape) == len(larger.shapes.get(name, ())) and
+               all(a <= b for a, b in zip(shape, larger.shapes[name], strict=True))
+               for name, shape in size.shapes.items())
+
+
+def build_set(model: onnx.ModelProto, specs: Sequence[InputSpec], size: SizeSet, index: int, seed: int,
+              given: Mapping[str, np.ndarray] | None = None, like: InputSet | None = None) -> InputSet:
+    """The feeds of ``size``: ``given`` arrays for the first set when the user gave them, else generated
+    (raises :class:`InputDataError` when they cannot be). ``like``: a generated set whose plans (value ranges,
+    masks) hold at this size too, so that the graph is not walked again."""
+    if given is not None and index == 0:
+        return InputSet(size, describe_given(given), given=given)
+    if like is not None and like.plans:
+        plans = [dataclasses.replace(plan, shape=size.shapes[plan.name]) for plan in like.plans]
+    else:
+        plans = plan_inputs(model, specs, size.shapes)
+    for plan in plans:
+        log.info("input %s (%s set): %s", plan.name, size.name, plan.describe())
+    return InputSet(size, {p.name: p.describe() for p in plans}, plans, seed=seed, index=index)
+
+
+def _itemsize(spec: InputSpec) -> int:
+    try:
+        return spec.dtype.itemsize or 8
+    except Exception:  # an unsupported type: the generator will say so; count it as 8 bytes here
+        return 8
+
+
+def format_bytes(size: int) -> str:
+    """``1.5 GB``, ``12 MB``, ``300 bytes``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"

@@ -1,0 +1,157 @@
+"""How much memory running a model on inputs of given shapes takes, estimated before anything is allocated.
+
+The estimate is the peak of the live activation bytes along the graph's node order: every tensor produced by a
+node (and every graph input) counts from its producer until its last consumer, with shapes from
+``onnx.shape_inference`` run on the concrete input shapes. Data propagation stays off (onnx's data propagation
+materializes the dims a Concat chain computes: a 1 KB model can make it allocate gigabytes), so tensors reshaped
+to a computed shape are not counted when inference cannot tell their size: for such graphs the estimate is a lower
+bound (the inputs themselves are always counted exactly). Weights are not counted (initializers, Constant
+outputs and Identity copies of them: onnxruntime holds them whatever the input size). Nothing is allocated:
+large initializers are replaced by graph inputs of the same type and shape before inference.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper
+
+from gsrewrite.errors import InputDataError
+
+log = logging.getLogger(__name__)
+
+#: Initializers with more elements than this are replaced by typed graph inputs for shape inference.
+_KEEP_ELEMENTS = 64
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
+
+
+class MemoryBudgetError(InputDataError):
+    """Running the original model on even the first input set would take more memory than the budget."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak live activation bytes, and the largest single tensor (name, bytes) at those input shapes."""
+
+    peak: int
+    largest: str
+    largest_bytes: int
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``2GB``, ``512MiB``, ``1e9``-free integers or a plain number; :class:`InputDataError` if bad."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = _SIZE_RE.match(str(text))
+        unit = match.group(2).lower() if match else ""
+        if match is None or unit not in _UNITS:
+            raise InputDataError(f"bad memory size {text!r}: expected e.g. 2GB, 512MB, 1GiB or a number of bytes")
+        value = int(float(match.group(1)) * _UNITS[unit])
+    if value <= 0:
+        raise InputDataError(f"bad memory size {text!r}: it must be positive")
+    return value
+
+
+def default_budget() -> int:
+    """Half the memory available now (``MemAvailable`` in /proc/meminfo, else the physical pages)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def input_bytes(shapes: Mapping[str, tuple[int, ...]], itemsizes: Mapping[str, int]) -> tuple[int, str, int]:
+    """Total bytes of inputs of these shapes, and the largest input (name, bytes); pure arithmetic."""
+    sizes = {name: math.prod(shape) * itemsizes.get(name, 8) for name, shape in shapes.items()}
+    largest = max(sizes, key=sizes.__getitem__, default="")
+    return sum(sizes.values()), largest, sizes.get(largest, 0)
+
+
+def estimate_peak(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> MemoryEstimate:
+    """The peak activation memory of ``model`` run on inputs of ``shapes`` (see the module doc)."""
+    inferred = _inferred(model, shapes)
+    graph = inferred.graph
+    sizes = {vi.name: _value_bytes(vi) for vi in [*graph.input, *graph.value_info, *graph.output]}
+    weights = _weights(model.graph)
+    sizes = {name: size for name, size in sizes.items() if size is not None and name not in weights}
+    last_use = {name: index for index, node in enumerate(graph.node) for name in node.input}
+    kept = {o.name for o in graph.output}
+    live = {vi.name: sizes.get(vi.name, 0) for vi in graph.input if vi.name in shapes}
+    peak = current = sum(live.values())
+    for index, node in enumerate(graph.node):
+        for name in node.output:
+            if name and name not in live:
+                live[name] = sizes.get(name, 0)
+                current += live[name]
+        peak = max(peak, current)
+        for name in set(node.input) | set(node.output):
+            if name in live and last_use.get(name, -1) <= index and name not in kept:
+                current -= live.pop(name)
+    largest = max(sizes, key=sizes.__getitem__, default="")
+    return MemoryEstimate(peak, largest, sizes.get(largest, 0))
+
+
+def _weights(graph: onnx.GraphProto) -> set[str]:
+    """Initializers, Constant outputs, and Identity copies of either (exporters share weights that way)."""
+    weights = {t.name for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" or (node.op_type == "Identity" and node.input and node.input[0] in weights):
+            weights.update(node.output)
+    return weights
+
+
+def _inferred(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.ModelProto:
+    """A light copy of ``model`` (no large weights, concrete input shapes) after shape inference."""
+    light = helper.make_model(_light_graph(model.graph, shapes), opset_imports=model.opset_import,
+                              functions=model.functions, ir_version=model.ir_version)
+    try:
+        return onnx.shape_inference.infer_shapes(light)
+    except Exception as exc:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
+        log.debug("shape inference failed for the memory estimate: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        return light
+
+
+def _light_graph(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.GraphProto:
+    light = onnx.GraphProto(name=graph.name)
+    light.node.extend(graph.node)
+    light.output.extend(graph.output)
+    for vi in graph.input:
+        if vi.name in shapes and vi.type.WhichOneof("value") == "tensor_type":
+            elem = vi.type.tensor_type.elem_type
+            light.input.append(helper.make_tensor_value_info(vi.name, elem, list(shapes[vi.name])))
+    names = {vi.name for vi in light.input}
+    for tensor in graph.initializer:
+        if math.prod(tensor.dims) <= _KEEP_ELEMENTS and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            light.initializer.append(tensor)
+        elif tensor.name not in names:
+            light.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return light
+
+
+def _value_bytes(vi: onnx.ValueInfoProto) -> int | None:
+    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+        return None
+    dims = vi.type.tensor_type.shape.dim
+    if not all(d.HasField("dim_value") for d in dims):
+        return None
+    try:
+        itemsize = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        itemsize = 4
+    return math.prod(d.dim_value for d in dims) * itemsize

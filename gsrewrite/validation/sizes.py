@@ -1,0 +1,117 @@
+"""The input size sets validation runs: the sample, a small one and a long one.
+
+One input size proves nothing about masks or shape-dependent rewrites (a sliding-window mask fused into plain
+causal attention agrees at sequence 16 and differs at 40), so the original and the candidate run on several
+sets of input shapes, derived from the first (the *sample*: the user's ``--inputs``, or the generated shapes):
+
+* ``small``: batch-like dims 1, sequence-like dims :data:`SMALL_SEQUENCE`;
+* ``long``: sequence-like dims ``max(4 * sample, LONG_MIN)``; batch-like dims as in the sample.
+
+Dims the model fixes stay fixed, dims the user fixed (``--input-shape``) stay as given, dims that share a
+symbolic name move together. Spatial dims (the dynamic dims of an input of rank >= 4, or named like
+``height``/``width``) keep the sample size in every set: an image at 4x the size costs 16x. A set whose shapes
+equal an earlier set's is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gsrewrite.validation.shapes import default_dim
+from gsrewrite.validation.signature import InputSpec
+
+#: Size of sequence-like dims in the small set.
+SMALL_SEQUENCE = 3
+#: Smallest size of sequence-like dims in the long set (else 4x the sample).
+LONG_MIN = 64
+_SPATIAL_WORDS = ("height", "width")
+_SEQUENCE_WORDS = ("seq", "len", "time", "step", "token", "past", "total")
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class SizeSet:
+    """One set of concrete input shapes: ``name`` is ``sample``, ``small`` or ``long``."""
+
+    name: str
+    shapes: Shapes
+
+    def describe(self) -> str:
+        """``long (input_ids 2x64, attention_mask 2x64)``, for messages."""
+        shapes = ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in self.shapes.items())
+        return f"{self.name} ({shapes})"
+
+
+def size_sets(specs: Sequence[InputSpec], sample: Shapes, fixed: Mapping[str, object] | None = None
+              ) -> list[SizeSet]:
+    """The sample, then the small and the long set (those that differ from the sets before them).
+
+    ``fixed``: the user's input shapes (``{"input_ids": (1, 128)}`` or ``{"sequence": 64}``): the dims they
+    name keep their sample size.
+    """
+    fixed = fixed or {}
+    roles = _roles(specs)
+    sets = [SizeSet("sample", dict(sample))]
+    for name, scale in (("small", _small), ("long", _long)):
+        shapes = {spec.name: _scaled(spec, sample[spec.name], fixed, roles, scale) for spec in specs}
+        if all(shapes != s.shapes for s in sets):
+            sets.append(SizeSet(name, shapes))
+    return sets
+
+
+def _roles(specs: Sequence[InputSpec]) -> dict[str, str]:
+    """The role of every symbolic dim name, from its first use (a name moves as one)."""
+    roles: dict[str, str] = {}
+    for spec in specs:
+        for position, dim in enumerate(spec.dims or ()):
+            if isinstance(dim, str) and dim not in roles:
+                roles[dim] = dim_role(dim, position, len(spec.dims or ()))
+    return roles
+
+
+def _scaled(spec: InputSpec, shape: tuple[int, ...], fixed: Mapping[str, object], roles: dict[str, str],
+            scale: Callable[[str, int], int]) -> tuple[int, ...]:
+    if spec.dims is None or spec.name in fixed or len(spec.dims) != len(shape):
+        return shape
+    out = []
+    for position, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):
+        if isinstance(dim, int) or (isinstance(dim, str) and dim in fixed):
+            out.append(size)
+        else:
+            role = roles[dim] if isinstance(dim, str) else dim_role(dim, position, len(shape))
+            out.append(scale(role, size))
+    return tuple(out)
+
+
+def dim_role(name: str | None, position: int, rank: int) -> str:
+    """``batch``, ``sequence`` or ``spatial``: how a dynamic dim is scaled across the size sets."""
+    lowered = (name or "").lower()
+    if default_dim(name, position, rank, other=0) != 0:
+        return "batch"
+    if any(word in lowered for word in _SEQUENCE_WORDS):
+        return "sequence"
+    if rank >= 4 or any(word in lowered for word in _SPATIAL_WORDS):
+        return "spatial"
+    return "sequence"
+
+
+def _small(role: str, size: int) -> int:
+    if role == "batch":
+        return 1
+    return SMALL_SEQUENCE if role == "sequence" else size
+
+
+def _long(role: str, size: int) -> int:
+    return max(4 * size, LONG_MIN) if role == "sequence" else size
+
+
+def symbols_consistent(specs: Sequence[InputSpec], shapes: Shapes) -> bool:
+    """True when every symbolic dim name has one size across the inputs (given inputs may break that)."""
+    seen: dict[str, int] = {}
+    for spec in specs:
+        for dim, size in zip(spec.dims or (), shapes.get(spec.name, ()), strict=False):
+            if isinstance(dim, str) and seen.setdefault(dim, size) != size:
+                return False
+    return True
