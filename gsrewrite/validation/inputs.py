@@ -9,10 +9,9 @@ input order:
 * other integers (token types, flags): uniform in ``[0, 2)``;
 * 2-D integer or bool inputs named like a mask (``attention_mask``): 0/1 rows of four kinds, cycling over the
   rows of every set drawn (``mask_offset`` continues the cycle across runs and size sets): padding on the
-  right, padding on the left, no padding, and random holes. The first position of every row stays 1 (left
-  padding starts after it): a row with no visible key has no defined attention, and kernels legitimately
-  differ there (uniform weights, zeros, NaN); with a causal mask, left padding from position 0 would leave the
-  first queries without any visible key;
+  right, padding on the left (from position 0, as batched generation pads: with a causal mask the first
+  queries then see no key, and a fused kernel must treat them as the original does), no padding, and random
+  holes. Never a fully masked row: one with no visible key has no defined attention;
 * other bools: True or False with probability 1/2.
 """
 
@@ -113,16 +112,16 @@ def _is_mask(name: str, shape: tuple[int, ...]) -> bool:
 
 
 def draw_mask(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, offset: int = 0) -> np.ndarray:
-    """0/1 rows of the kinds :data:`MASK_KINDS` in turn, row ``r`` of kind ``(offset + r) % 4``; rows of one
-    position stay 1."""
+    """0/1 rows of the kinds :data:`MASK_KINDS` in turn, row ``r`` of kind ``(offset + r) % 4``; every row keeps
+    at least one 1 (rows of one position stay 1)."""
     values = np.ones(shape, dtype=dtype)
     rows, length = shape
     for row in range(rows if length > 1 else 0):
         kind = MASK_KINDS[(offset + row) % len(MASK_KINDS)]
         if kind == "right padding":
             values[row, int(rng.integers(1, length)):] = 0
-        elif kind == "left padding" and length > 2:
-            values[row, 1:length - int(rng.integers(1, length - 1))] = 0
+        elif kind == "left padding":
+            values[row, :int(rng.integers(1, length))] = 0
         elif kind == "holes":
             holes = rng.random(length) < 0.5
             holes[0] = False
