@@ -128,12 +128,20 @@ def _attributes(attributes: Any) -> OrderedDict:
         elif kind == _A.FLOATS:
             values[attr.name] = list(attr.floats)
         elif kind == _A.STRING:
-            values[attr.name] = attr.s.decode()
+            values[attr.name] = _text(attr.s)
         elif kind == _A.STRINGS:
-            values[attr.name] = [s.decode() for s in attr.strings]
+            values[attr.name] = [_text(s) for s in attr.strings]
         else:
             values[attr.name] = _constant(attr.t)
     return values
+
+
+def _text(value: bytes) -> str | bytes:
+    """A string attribute as text; binary payloads (an EPContext engine cache) stay bytes and export unchanged."""
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return value
 
 
 def _bare_variable(name: str, dtype: Any = None, shape: Any = None, kind: str | None = "tensor_type"

@@ -9,6 +9,13 @@ it frees (inputs that only this node reads) by at most :data:`GROWTH_ALLOWANCE` 
 ``Tile``, ``ConstantOfShape`` or ``Range`` that blows a few bytes up into a large tensor stays a node, while
 shape arithmetic and weight preprocessing (``Transpose(W)``, ``Mul(W, scale)``) fold.
 
+Those limits are checked *before* evaluating: the output size comes from the input shapes and the small
+operands that set it (:func:`gsrewrite.simplifier.passes.fold_cost.cost`), and so does the work of the
+evaluation (elements read, written or computed, which bounds numpy's temporaries and the time), capped at
+:func:`work_limit`. A node over a limit, or whose output size cannot be told without evaluating it, is not
+evaluated; the reason goes to ``skipped`` and the log. So a 200-byte model cannot make folding allocate
+gigabytes.
+
 Nodes are visited in topological order, so whole constant chains fold in one call. Random ops, control
 flow, sequence ops and ``Dropout`` are never folded, and neither are nodes whose outputs are graph outputs
 or are read inside subgraphs (the scope of those names must not change).
@@ -17,9 +24,12 @@ or are read inside subgraphs (the scope of those names must not change).
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx import TensorProto
+from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.engine.graph import constant_values, is_empty, may_hold_subgraphs, subgraph_outer_names
 
@@ -29,6 +39,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BYTES = 1 << 20
 #: How many bytes a folded value may add beyond the constants it makes unnecessary.
 GROWTH_ALLOWANCE = 4096
+#: Elements an evaluation may touch per byte of ``max_bytes``, and at least (see :func:`work_limit`).
+WORK_PER_BYTE = 256
+MIN_WORK = 1 << 24
+_INT64_MAX = 2**63 - 1
 #: Never folded: random ops, ops with side effects or subgraphs, and ops whose value is not a function of
 #: their inputs.
 NEVER_FOLD = frozenset({
@@ -39,11 +53,12 @@ NEVER_FOLD = frozenset({
 })
 
 
-def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES, skipped: dict[str, str] | None = None) -> int:
     """Fold what can be folded in ``graph`` (not its subgraphs); returns the number of folded nodes.
 
     ``graph.nodes`` must be in topological order. Folded nodes are removed from the graph; constants that
-    nobody reads any more simply disappear from it.
+    nobody reads any more simply disappear from it. Nodes left alone because of the size or work limits are
+    recorded in ``skipped`` (node name, or ``op -> first output`` for unnamed nodes -> reason).
     """
     protected = {id(t) for t in graph.outputs} | {id(t) for t in graph.inputs}
     outer = subgraph_outer_names(graph) if any(may_hold_subgraphs(n) for n in graph.nodes) else set()
@@ -52,8 +67,14 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     for node in graph.nodes:
         if not _foldable(node, protected, outer):
             continue
-        values = _values(node, opset)
-        if values is None or len(values) != len(node.outputs) or not _within_budget(node, values, max_bytes):
+        reason = _over_budget(node, opset, max_bytes)
+        if reason is None:
+            values = _values(node, opset)
+            if values is None or len(values) != len(node.outputs):
+                continue
+            reason = _size_reason(node, sum(np.asarray(v).nbytes for v in values), max_bytes)
+        if reason is not None:
+            _skip(node, reason, skipped)
             continue
         for tensor, value in zip(list(node.outputs), values, strict=True):
             tensor.to_constant(np.asarray(value))
@@ -63,6 +84,50 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     if folded:
         graph.nodes = [n for n in graph.nodes if id(n) not in folded]
     return len(folded)
+
+
+def work_limit(max_bytes: int) -> int:
+    """The most elements one evaluation may read, write or compute when folded tensors are capped at ``max_bytes``."""
+    return max(WORK_PER_BYTE * max_bytes, MIN_WORK)
+
+
+def _skip(node: gs.Node, reason: str, skipped: dict[str, str] | None) -> None:
+    growth = reason.startswith("its output (")  # the ordinary Expand/Tile case: only logged with --debug
+    log.log(logging.DEBUG if growth else logging.INFO, "not folding %s (%s): %s", node.name, node.op, reason)
+    if skipped is not None:
+        skipped[node.name or f"{node.op} -> {node.outputs[0].name}"] = reason
+
+
+def _over_budget(node: gs.Node, opset: int, max_bytes: int) -> str | None:
+    """Why ``node`` must not be evaluated (over a limit, or its size unknown), from shapes alone; else None."""
+    from gsrewrite.simplifier.passes.fold_cost import Cost, cost
+
+    if node.op in ("Shape", "Size"):
+        return None  # a few integers (Size: checked in _values)
+    if node.op == "CastLike":
+        estimate: Cost | str = Cost(math.prod(node.inputs[0].shape) * np.dtype(node.inputs[1].dtype).itemsize, 0)
+    else:
+        estimate = cost(node, [_operand(t) for t in node.inputs], opset)
+    if isinstance(estimate, str):
+        return estimate
+    reason = _size_reason(node, estimate.nbytes, max_bytes)
+    if reason is None and estimate.work > work_limit(max_bytes):
+        reason = f"evaluating it would touch {estimate.work:,} elements (limit {work_limit(max_bytes):,})"
+    return reason
+
+
+def _operand(tensor: gs.Tensor) -> object:
+    """A constant input for :func:`cost`: its values when small or loaded, else its shape and type only."""
+    from gsrewrite.simplifier.passes.fold_cost import OPERAND_ELEMENTS, Shaped, type_itemsize
+
+    if is_empty(tensor):
+        return None
+    stored = tensor._values
+    if isinstance(stored, LazyValues) and math.prod(stored.shape) > OPERAND_ELEMENTS:
+        sparse = isinstance(stored, SparseValues)  # densified as float64 by onnx-graphsurgeon
+        data_type = TensorProto.DOUBLE if sparse else stored.tensor.data_type
+        return Shaped(tuple(int(d) for d in stored.shape), type_itemsize(data_type), data_type)
+    return constant_values(tensor)
 
 
 def _foldable(node: gs.Node, protected: set[int], outer: set[str]) -> bool:
@@ -83,7 +148,8 @@ def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
     if node.op == "Shape":
         return [np.array(_shape_slice(node), dtype=np.int64)]
     if node.op == "Size":
-        return [np.array(int(np.prod(node.inputs[0].shape)), dtype=np.int64)]
+        size = math.prod(node.inputs[0].shape)
+        return [np.array(size, dtype=np.int64)] if size <= _INT64_MAX else None
     if node.op == "CastLike":
         return [constant_values(node.inputs[0]).astype(np.dtype(node.inputs[1].dtype))]
     from gsrewrite.simplifier.evaluate import evaluate
@@ -105,15 +171,17 @@ def _shape_slice(node: gs.Node) -> list[int] | None:
     return dims if all(isinstance(d, int) and d >= 0 for d in dims) else None
 
 
-def _within_budget(node: gs.Node, values: list[np.ndarray], max_bytes: int) -> bool:
-    size = sum(v.nbytes for v in values)
+def _size_reason(node: gs.Node, size: int, max_bytes: int) -> str | None:
+    """Why an output of ``size`` bytes must not replace ``node``: over the cap, or growing the model; else None."""
     if size > max_bytes:
-        return False
+        return f"its output would be {size:,} bytes (over --max-fold-bytes {max_bytes:,})"
     if size <= 64:  # a handful of numbers: smaller than the node it replaces
-        return True
+        return None
     freed = sum(_nbytes(t) for t in _distinct(node.inputs)
                 if isinstance(t, gs.Constant) and all(c is node for c in t.outputs))
-    return size <= freed + GROWTH_ALLOWANCE
+    if size > freed + GROWTH_ALLOWANCE:
+        return f"its output ({size:,} bytes) would grow the model by {size - freed:,} bytes"
+    return None
 
 
 def _distinct(tensors: list[gs.Tensor]) -> list[gs.Tensor]:
@@ -126,7 +194,7 @@ def _nbytes(tensor: gs.Constant) -> int:
         itemsize = np.dtype(dtype).itemsize
     except TypeError:
         itemsize = 1
-    return int(np.prod(tensor.shape)) * itemsize
+    return math.prod(tensor.shape) * itemsize
 
 
 def _known_dtype(tensor: gs.Tensor) -> bool:

@@ -1,7 +1,7 @@
 """Loading ONNX models from untrusted files, with every problem reported as a typed error.
 
 The protobuf is parsed without following external-data references; the model is then checked in order
-— tensor declarations and inline payloads, external-data entries (see
+— text fields (names must be valid UTF-8), tensor declarations and inline payloads, external-data entries (see
 :mod:`gsrewrite.model_io.external_data`), graph structure (see :mod:`gsrewrite.model_io.structure`) — and
 only then is external data read. Every error message names the file and the tensor or node at fault.
 """
@@ -17,7 +17,7 @@ from onnx import ModelProto
 
 from gsrewrite.errors import InvalidModelError, ModelError, ModelNotFoundError, NotAnOnnxModelError
 from gsrewrite.model_io.external_data import external_refs, read_external_data
-from gsrewrite.model_io.structure import check_structure
+from gsrewrite.model_io.structure import check_structure, check_text
 from gsrewrite.model_io.tensors import DEFAULT_MAX_TENSOR_BYTES, check_tensors
 
 _IR_VERSION_TAG = b"\x08"  # field 1 (ir_version), varint: the first byte of every model onnx writes
@@ -72,6 +72,7 @@ def _checked_model(
     model = parse_model(data, name)
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes
     with _named_after(name):
+        check_text(model)
         check_tensors(model, max_tensor_bytes=cap)
         refs = external_refs(model, base_dir, cap)
         if load_external_data:

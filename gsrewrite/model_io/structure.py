@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from onnx import FunctionProto, GraphProto, ModelProto, NodeProto
+from google.protobuf.descriptor import FieldDescriptor
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import node_label, node_subgraphs
@@ -89,6 +91,59 @@ def _check_body(body: _Body, outer: frozenset[str]) -> set[str]:
     if not ordered:
         _check_acyclic(body, [set(d) for d in deps])
     return free
+
+
+Path = tuple[tuple[str, int | None], ...]
+_FIELD_WORDS = {"name": "a name", "input": "an input name", "output": "an output name", "op_type": "an op type",
+                "domain": "a domain", "doc_string": "a doc string"}
+_LISTS = {"node": "node", "initializer": "initializer", "input": "graph input", "output": "graph output",
+          "value_info": "value_info entry"}
+
+
+def check_text(model: ModelProto) -> None:
+    """Raise InvalidModelError naming the first string field (a node, tensor or graph name, ...) that is not
+    valid UTF-8. Python protobuf parses such fields as ``bytes``; they could not be written back."""
+    found = _first_invalid(model, ())
+    if found is not None:
+        raise InvalidModelError(_describe(*found))
+
+
+def _first_invalid(message: Any, path: Path) -> tuple[Path, bytes] | None:
+    if isinstance(message, TensorProto):  # never list its fields: that would copy the tensor's data
+        return _first_invalid_in_tensor(message, path)
+    for descriptor, value in message.ListFields():
+        items = list(enumerate(value)) if descriptor.is_repeated else [(None, value)]
+        if descriptor.type == FieldDescriptor.TYPE_STRING:
+            bad = next(((i, v) for i, v in items if isinstance(v, bytes)), None)
+            if bad is not None:
+                return (*path, (descriptor.name, bad[0])), bad[1]
+        elif descriptor.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, item in items:
+                found = _first_invalid(item, (*path, (descriptor.name, i)))
+                if found is not None:
+                    return found
+    return None
+
+
+def _first_invalid_in_tensor(tensor: TensorProto, path: Path) -> tuple[Path, bytes] | None:
+    for name in ("name", "doc_string"):
+        if isinstance(getattr(tensor, name), bytes):
+            return (*path, (name, None)), getattr(tensor, name)
+    for kind in ("external_data", "metadata_props"):
+        for i, entry in enumerate(getattr(tensor, kind)):
+            found = _first_invalid(entry, (*path, (kind, i)))
+            if found is not None:
+                return found
+    return None
+
+
+def _describe(path: Path, value: bytes) -> str:
+    shown = repr(value[:40]) + ("..." if len(value) > 40 else "")
+    if len(path) == 3 and path[0][0] == "graph" and path[1][0] in _LISTS and path[2][0] in _FIELD_WORDS:
+        (_, _), (kind, index), (name, _) = path
+        return f"{_LISTS[kind]} {index} has {_FIELD_WORDS[name]} that is not valid UTF-8 ({shown})"
+    where = ".".join(name if index is None else f"{name}[{index}]" for name, index in path)
+    return f"model field {where} is not valid UTF-8 ({shown})"
 
 
 def _require_outer(name: str, outer: frozenset[str], subject: str, body: _Body) -> None:

@@ -38,6 +38,9 @@ def evaluate(node: gs.Node, values: Values, opset: int) -> list[np.ndarray] | No
                 return [np.asarray(kernel(values, node.attrs, opset))]
         except (_Unsupported, ValueError, TypeError, IndexError, ZeroDivisionError, OverflowError):
             pass
+        except MemoryError:  # callers check cost() first; never fatal
+            log.warning("not enough memory to evaluate %s (%s)", node.name, node.op)
+            return None
     return _reference(node, values, opset)
 
 
@@ -269,6 +272,9 @@ def _reference(node: gs.Node, values: Values, opset: int) -> list[np.ndarray] | 
         model = _single_node_model(node, names, feeds, opset)
         with np.errstate(all="ignore"):
             outputs = ReferenceEvaluator(model).run(None, feeds)
+    except MemoryError:
+        log.warning("not enough memory to evaluate %s (%s)", node.name, node.op)
+        return None
     except Exception as exc:  # an op the reference cannot evaluate: leave it alone
         log.debug("cannot evaluate %s (%s): %s", node.name, node.op, str(exc).splitlines()[0] if str(exc) else exc)
         return None

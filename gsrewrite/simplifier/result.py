@@ -54,6 +54,8 @@ class SimplifyResult:
     rounds: int = 0
     validation: Any = None
     dropped: dict[str, str] = field(default_factory=dict)
+    #: nodes constant folding left alone because of the size or work limits: node name -> reason
+    skipped_folds: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
     serialized: bytes | None = field(default=None, repr=False)
@@ -88,6 +90,7 @@ class SimplifyResult:
             "counts": dict(self.counts),
             "rounds": self.rounds,
             "dropped": dict(self.dropped),
+            "skipped_folds": dict(self.skipped_folds),
             "before": self.before.to_dict(),
             "after": self.after.to_dict(),
             "validation": self.validation.to_dict() if self.validation is not None else None,

@@ -16,6 +16,7 @@ The passes use these values to fold chains whose result is static, to write resh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,8 @@ from gsrewrite.simplifier.rewiring import constant_ints, is_standard
 
 #: Longest integer vector tracked (shape vectors are short; larger ones are data).
 MAX_LENGTH = 16
+#: Values an int64 tensor can hold; arithmetic beyond them (which ONNX wraps around) is not tracked.
+INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ Lookup = Callable[[gs.Tensor], "SymValue | None"]
 
 
 def _constant_value(tensor: gs.Constant) -> SymValue | None:
-    if len(tensor.shape) > 1 or int(np.prod(tensor.shape)) > MAX_LENGTH:
+    if len(tensor.shape) > 1 or math.prod(tensor.shape) > MAX_LENGTH:
         return None
     values = constant_values(tensor)
     if values.dtype.kind not in "biu":
@@ -107,8 +110,15 @@ def _shape(node: gs.Node, lookup: Lookup) -> SymValue | None:
     return SymValue(tuple(dim_of(x, i) for i in range(rank)[bounds]))
 
 
+def _small_ints(tensor: gs.Tensor) -> list[int] | None:
+    """``constant_ints`` of a constant short enough to be a shape operand (a large one is not read)."""
+    if isinstance(tensor, gs.Constant) and math.prod(tensor.shape) > MAX_LENGTH:
+        return None
+    return constant_ints(tensor)
+
+
 def _gather(node: gs.Node, lookup: Lookup) -> SymValue | None:
-    data, indices = lookup(node.inputs[0]), constant_ints(node.inputs[1])
+    data, indices = lookup(node.inputs[0]), _small_ints(node.inputs[1])
     if data is None or data.scalar or indices is None or int(node.attrs.get("axis", 0)) not in (0, -1):
         return None
     picked = tuple(data.elements[i] for i in indices)
@@ -117,8 +127,8 @@ def _gather(node: gs.Node, lookup: Lookup) -> SymValue | None:
 
 def _slice(node: gs.Node, lookup: Lookup) -> SymValue | None:
     data = lookup(node.inputs[0])
-    starts, ends = constant_ints(node.inputs[1]), constant_ints(node.inputs[2])
-    steps = constant_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else [1]
+    starts, ends = _small_ints(node.inputs[1]), _small_ints(node.inputs[2])
+    steps = _small_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4].name else [1]
     if data is None or data.scalar or starts is None or ends is None or steps is None or len(starts) != 1:
         return None
     return SymValue(data.elements[slice_bounds(starts[0], ends[0], steps[0], len(data.elements))])
@@ -126,7 +136,7 @@ def _slice(node: gs.Node, lookup: Lookup) -> SymValue | None:
 
 def _unsqueeze(node: gs.Node, lookup: Lookup) -> SymValue | None:
     data = lookup(node.inputs[0])
-    axes = constant_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attrs.get("axes")
+    axes = _small_ints(node.inputs[1]) if len(node.inputs) > 1 else node.attrs.get("axes")
     if data is None or not data.scalar or axes is None or list(axes) not in ([0], [-1]):
         return None
     return SymValue(data.elements)
@@ -154,7 +164,7 @@ def _passthrough(node: gs.Node, lookup: Lookup) -> SymValue | None:
 
 
 def _reshape(node: gs.Node, lookup: Lookup) -> SymValue | None:
-    data, target = lookup(node.inputs[0]), constant_ints(node.inputs[1])
+    data, target = lookup(node.inputs[0]), _small_ints(node.inputs[1])
     if data is None or target is None or len(target) > 1:
         return None
     if not target:
@@ -164,7 +174,10 @@ def _reshape(node: gs.Node, lookup: Lookup) -> SymValue | None:
 
 def _arithmetic(fn: Callable[[int, int], int]) -> Callable[[gs.Node, Lookup], SymValue | None]:
     def on_ints(x: Element, y: Element) -> Element:
-        return fn(x, y) if isinstance(x, int) and isinstance(y, int) else None
+        if not isinstance(x, int) or not isinstance(y, int):
+            return None
+        value = fn(x, y)
+        return value if INT64_RANGE[0] <= value <= INT64_RANGE[1] else None
 
     def rule(node: gs.Node, lookup: Lookup) -> SymValue | None:
         return _elementwise(lookup(node.inputs[0]), lookup(node.inputs[1]), on_ints)

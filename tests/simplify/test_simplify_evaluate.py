@@ -48,3 +48,32 @@ def test_unknown_case_falls_back_or_gives_up():
     node = gs.Node("Gather", attrs={"axis": 0}, inputs=[gs.Variable("d"), gs.Variable("i")],
                    outputs=[gs.Variable("o")])
     assert evaluate(node, [np.arange(3), np.array([7], I64)], 18) is None  # out of range: no value at all
+
+
+@pytest.mark.parametrize(("op", "attrs", "values"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_cost_bounds_the_evaluated_size(op, attrs, values):
+    """The size predicted before evaluating is never below the real one (exact but for Slice's upper bound)."""
+    from gsrewrite.simplifier.passes.fold_cost import Shaped, cost
+
+    values = [None if v is None else np.asarray(v) for v in values]
+    node = gs.Node(op, attrs=attrs, inputs=[gs.Variable(f"i{k}") for k in range(len(values))],
+                   outputs=[gs.Variable("out")])
+    real = evaluate(node, values, 18)[0].nbytes
+    predicted = cost(node, values, 18)
+    assert predicted.nbytes == real or (op == "Slice" and predicted.nbytes >= real)
+    assert predicted.work >= real // max(evaluate(node, values, 18)[0].itemsize, 1)
+    if op in ("Transpose", "Neg", "Concat"):  # a large operand is described by its shape alone: same answer
+        shaped = [Shaped(v.shape, v.itemsize, 1) for v in values]
+        assert cost(node, shaped, 18).nbytes == real
+
+
+def test_cost_of_reference_ops_comes_from_shape_inference():
+    from gsrewrite.simplifier.passes.fold_cost import Shaped, cost
+
+    node = gs.Node("Split", attrs={"num_outputs": 2}, inputs=[gs.Variable("x")],
+                   outputs=[gs.Variable("a"), gs.Variable("b")])
+    assert cost(node, [Shaped((2**20, 4), 4, 1)], 18).nbytes == 2**20 * 16  # nothing allocated to know it
+    node = gs.Node("Einsum", attrs={"equation": "ij,jk->ik"}, inputs=[gs.Variable("a"), gs.Variable("b")],
+                   outputs=[gs.Variable("c")])
+    estimate = cost(node, [Shaped((100, 200), 4, 1), Shaped((200, 300), 4, 1)], 18)
+    assert estimate.nbytes == 100 * 300 * 4 and estimate.work == 100 * 200 * 300

@@ -90,3 +90,27 @@ def test_max_fold_bytes_caps_folding(simplified):
     }""", initializers={"a": np.ones(4, np.float32)})
     assert op_counts(simplified(model, "fold-constants", max_fold_bytes=8).model) == {"Neg": 1, "Mul": 1}
     assert op_counts(simplified(model, "fold-constants", max_fold_bytes=16).model) == {"Mul": 1}
+
+
+def test_fold_pass_lists_the_nodes_it_left_alone():
+    """The pass records why each blow-up was not folded; ``skipped_folds`` gathers them for the report."""
+    from gsrewrite.simplifier.conversion import import_graph
+    from gsrewrite.simplifier.passes.base import SimplifyOptions
+    from gsrewrite.simplifier.passes.fold_constants import FoldConstants, skipped_folds
+
+    model = model_from_text("""
+    g (float[4096, 16] x) => (float[4096, 16] y) {
+        big = Tile (row, reps)
+        huge = ConstantOfShape <value = float[1] {0.0}> (shape)
+        s = ReduceMax <keepdims = 0> (huge)
+        a = Add (x, big)
+        y = Add (a, s)
+    }""", initializers={"row": np.ones((1, 16), np.float32), "reps": np.array([4096, 1], np.int64),
+                        "shape": np.array([2**40], np.int64)})
+    graph, _ = import_graph(model)
+    fold = FoldConstants().configure(SimplifyOptions(max_fold_bytes=1 << 20))
+    fold.run(graph)
+    skipped = skipped_folds([fold])
+    assert "would grow the model" in skipped["Tile -> big"]
+    assert "4,398,046,511,104 bytes (over --max-fold-bytes 1,048,576)" in skipped["ConstantOfShape -> huge"]
+    assert {"Tile", "ConstantOfShape"} <= {n.op for n in graph.nodes}

@@ -93,7 +93,7 @@ def _static_tensors(graph: gs.Graph, values: dict[int, SymValue], pool: Constant
     for node in graph.nodes:
         out = node.outputs[0] if len(node.outputs) == 1 else None
         value = values.get(id(out)) if out is not None else None
-        if value is None or not value.static or id(out) in protected or not out.outputs or out.dtype is None:
+        if value is None or not value.static or id(out) in protected or not out.outputs or not _fits(value, out):
             continue
         array = np.array(value.elements, dtype=np.dtype(out.dtype))
         const = pool.get(array.reshape(()) if value.scalar else array, out.name)
@@ -103,6 +103,16 @@ def _static_tensors(graph: gs.Graph, values: dict[int, SymValue], pool: Constant
                     reader.inputs[i] = const
         count += 1
     return count
+
+
+def _fits(value: SymValue, out: gs.Tensor) -> bool:
+    """True when every element of ``value`` is representable in ``out``'s integer dtype."""
+    if out.dtype is None or np.dtype(out.dtype).kind not in "biu":
+        return False
+    if np.dtype(out.dtype).kind == "b":
+        return all(e in (0, 1) for e in value.elements)
+    info = np.iinfo(np.dtype(out.dtype))
+    return all(info.min <= e <= info.max for e in value.elements)  # type: ignore[operator]
 
 
 def _own_dim(element: object, x: gs.Tensor, axis: int) -> bool:

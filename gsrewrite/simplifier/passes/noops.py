@@ -136,9 +136,10 @@ def _slice(node: gs.Node, graph: gs.Graph, opset: int) -> gs.Tensor | None:
     steps = [1] * len(starts) if steps is None else steps
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         dim = src.shape[axis] if -len(src.shape) <= axis < len(src.shape) else None
-        if step != 1 or not (start == 0 or (isinstance(dim, int) and start == -dim)):
+        known = isinstance(dim, int) and dim >= 0  # a negative declared dim (paddle2onnx's -1) is unknown
+        if step != 1 or not (start == 0 or (known and start == -dim)):
             return None
-        if not (end >= _TO_END or (isinstance(dim, int) and end >= dim)):
+        if not (end >= _TO_END or (known and end >= dim)):
             return None
     return src
 
