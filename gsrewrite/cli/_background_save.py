@@ -33,15 +33,37 @@ def save_while(work: Callable[[], T], model: Any, output: str, **save_options: A
         except BaseException as exc:  # raised in the caller's thread below
             outcome["error"] = exc
 
-    worker = threading.Thread(target=save, name="gsrewrite-save")
-    worker.start()
+    worker = _Worker(save, "gsrewrite-save")
     try:
         value = work()
     finally:
-        worker.join()
+        worker.wait()  # after an interrupt too: the save, cancelled, removes its temp files first
     if "error" in outcome:
         raise outcome["error"]
     return outcome["size"], value
+
+
+class _Worker:
+    """A thread that can be waited for again after an interrupt.
+
+    Not ``Thread.join``: a join interrupted by a signal handler's exception (Ctrl-C, SIGTERM) marks the thread
+    finished while it still runs (CPython 3.11 ``_wait_for_tstate_lock``), so neither a second join nor the
+    interpreter's exit waits for it, and the save is cut short with its temp file left behind.
+    """
+
+    def __init__(self, target: Callable[[], None], name: str) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(target,), name=name)
+        self._thread.start()
+
+    def _run(self, target: Callable[[], None]) -> None:
+        try:
+            target()
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
 
 
 class StagedSave:
@@ -59,7 +81,7 @@ class StagedSave:
         self._output, self._options = output, save_options
         self._data: bytes | None = None
         self._pending: Any = None
-        self._writer: threading.Thread | None = None
+        self._writer: _Worker | None = None
         self._error: OSError | None = None
 
     def begin(self, model: onnx.ModelProto, data: bytes) -> None:
@@ -76,8 +98,7 @@ class StagedSave:
         except OSError:  # the final save reports it
             return
         self._data = data
-        self._writer = threading.Thread(target=self._write, name="gsrewrite-staged-save")
-        self._writer.start()
+        self._writer = _Worker(self._write, "gsrewrite-staged-save")
 
     def _write(self) -> None:
         try:
@@ -92,7 +113,7 @@ class StagedSave:
             return save_while(work, model, self._output, serialized=serialized, **self._options)
         value = work()
         assert self._writer is not None and self._data is not None
-        self._writer.join()
+        self._writer.wait()
         try:
             if self._error is not None:
                 raise self._error
@@ -105,7 +126,7 @@ class StagedSave:
 
     def _discard(self) -> None:
         if self._writer is not None:
-            self._writer.join()
+            self._writer.wait()
         if self._pending is not None:
             self._pending.discard()
         self._pending = self._writer = None

@@ -11,7 +11,12 @@ import importlib
 import importlib.util
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 import click
@@ -70,6 +75,10 @@ class GsrewriteGroup(click.Group):
         return found
 
     def invoke(self, ctx: click.Context) -> Any:
+        with _interrupts_cancel_saves():
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except GsrewriteError as exc:
@@ -79,14 +88,51 @@ class GsrewriteGroup(click.Group):
             ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Terminated): temp files are gone by now
+            terminated = isinstance(exc, Terminated)
+            click.echo("terminated" if terminated else "interrupted", err=True)
+            ctx.exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
         except Exception as exc:  # a bug in gsrewrite or a plugin: still one line unless --debug
             if (ctx.obj or {}).get("debug"):
                 raise
             click.echo(f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with --debug)", err=True)
             ctx.exit(3)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread the way Ctrl-C raises KeyboardInterrupt, so that every cleanup runs."""
+
+
+@contextmanager
+def _interrupts_cancel_saves() -> Iterator[None]:
+    """During a CLI run, SIGINT and SIGTERM cancel the saves in progress (each removes its temp files, in any
+    thread) and raise KeyboardInterrupt / :class:`Terminated` in the main thread; the error boundary then prints
+    one line and exits 130 / 143. A second signal gets the handling from before (SIGTERM: the process ends).
+    Signals that were ignored stay ignored; the previous handlers are back afterwards (saves stay cancelled
+    after a signal: a save thread that outlived the cleanup must not put its file in place)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for number, action in previous.items():
+            signal.signal(number, action)
+        saving = sys.modules.get("gsrewrite.model_io.saving")  # not loaded: nothing is being saved
+        if saving is not None:
+            saving.cancel_saves()
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        action = signal.getsignal(number)
+        if action not in (signal.SIG_IGN, None):
+            previous[number] = action
+            signal.signal(number, handler)
+    try:
+        yield
+    finally:
+        for number, action in previous.items():
+            signal.signal(number, action)
 
 
 def one_line(exc: BaseException) -> str:

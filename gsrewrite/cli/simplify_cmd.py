@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +47,9 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
     from gsrewrite.model_io import check_output_path, stored_size
     from gsrewrite.simplifier import simplify as run_simplify
 
-    check_output_path(output, input_path=model, in_place=in_place)
+    # before any work: never over the input model (unless --in-place) or a file it reads, nor its data file
+    # over a file that is not the output's own
+    check_output_path(output, input_path=model, in_place=in_place, external_data=external_data or None)
     # the output is written while validation runs (and put in place only if it passed)
     with StagedSave(output, input_path=model, in_place=in_place, external_data=external_data or None,
                     size_threshold=size_threshold) as staged:
@@ -92,17 +92,14 @@ def _write(path: Path, payload: Any, input_path: str) -> str:
     from gsrewrite.model_io import save_model
 
     if isinstance(payload, np.ndarray):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, payload, allow_pickle=False)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from gsrewrite.errors import OutputError
+        from gsrewrite.model_io.saving import atomic_files
+
+        try:  # a temp file like save_model's: removed on error or interrupt, swept if the process is killed
+            with atomic_files() as create:
+                np.save(create(str(path.absolute())), payload, allow_pickle=False)
+        except OSError as exc:
+            raise OutputError(f"cannot write '{path}': {exc.strerror or exc}") from exc
     else:
         save_model(payload, path, input_path=input_path)
     return str(path)

@@ -9,11 +9,15 @@ inside that file, and its length must match the tensor's declared shape and type
 
 from __future__ import annotations
 
+import functools
+import mmap
 import os
-from collections.abc import Iterable
+import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from google.protobuf.message import DecodeError
 from onnx import ModelProto, TensorProto
 
 from gsrewrite.errors import ExternalDataError, ModelTooLargeError
@@ -160,7 +164,31 @@ def _check_memory(total: int) -> None:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to this process right now, or None when it cannot be told."""
+    """Bytes of memory available to this process right now, or None when it cannot be told: the smaller of the
+    machine's available memory and the room left under the process's address-space limit (``ulimit -v``)."""
+    known = [n for n in (_available_physical(), _address_space_headroom()) if n is not None]
+    return min(known) if known else None
+
+
+def _address_space_headroom() -> int | None:
+    """RLIMIT_AS minus the address space in use (None without a limit, or off POSIX)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, ValueError, OSError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        used = 0
+    return max(0, soft - used)
+
+
+def _available_physical() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as f:
             for line in f:
@@ -172,3 +200,110 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def data_files(model_path: str | os.PathLike[str]) -> frozenset[str]:
+    """The real paths of the external-data files the model file at ``model_path`` refers to: every ``location``
+    of any tensor (subgraphs and function bodies included), resolved as :func:`external_refs` resolves them
+    (relative to the folder the path names, symlinks followed), whether or not they exist or are allowed.
+
+    Empty for a model without external data and for a file that is missing or not a model. Cheap: a model
+    whose bytes do not contain the key ``location`` is not parsed, and no tensor data is read; the answer
+    is cached per file version (device, inode, size, mtime).
+    """
+    name = os.fspath(model_path)
+    try:
+        info = os.stat(name)
+    except (OSError, ValueError):
+        return frozenset()
+    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+        return frozenset()
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(name)))
+    return _data_files(name, folder, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=32)
+def _data_files(name: str, folder: str, version: tuple[int, int, int, int]) -> frozenset[str]:
+    found = set()
+    for location in _locations(name):
+        if location and "\0" not in location:
+            found.add(os.path.realpath(os.path.join(folder, location)))
+    return frozenset(found)
+
+
+def _locations(name: str) -> set[str]:
+    """Every external-data ``location`` value in the model file ``name`` (empty when it cannot be parsed)."""
+    model = ModelProto()
+    try:
+        with open(name, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            if not _mentions_location(view):  # the key is stored verbatim in every external-data entry
+                return set()
+            with memoryview(view) as data:
+                model.ParseFromString(data)
+    except (OSError, ValueError, DecodeError, RuntimeError):
+        return set()
+    return {e.value for t in tensor_protos(model) for e in t.external_data if e.key == "location"}
+
+
+def _mentions_location(view: mmap.mmap) -> bool:
+    """Whether the bytes ``location`` occur in the file outside the ``raw_data`` payloads of the main graph's
+    initializers (where an inline model's weights are: skipping them makes the search cost nothing for them)."""
+    try:
+        payloads = list(_initializer_payloads(view))
+    except (IndexError, ValueError):  # not a well-formed model: search every byte
+        payloads = []
+    start = 0
+    for begin, end in payloads:
+        if view.find(b"location", start, begin) >= 0:
+            return True
+        start = end
+    return view.find(b"location", start) >= 0
+
+
+_LEN = 2  # protobuf wire type of strings, bytes and messages
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9  # field numbers in onnx.proto
+
+
+def _initializer_payloads(view: mmap.mmap) -> Iterator[tuple[int, int]]:
+    """(start, end) of each ``raw_data`` payload of the main graph's initializers, in file order, read from the
+    protobuf wire format without parsing anything else."""
+    for field, begin, end in _fields(view, 0, len(view)):
+        if field == _MODEL_GRAPH:
+            for field2, begin2, end2 in _fields(view, begin, end):
+                if field2 == _GRAPH_INITIALIZER:
+                    yield from ((b, e) for f, b, e in _fields(view, begin2, end2) if f == _TENSOR_RAW_DATA)
+
+
+def _fields(view: mmap.mmap, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(field number, payload start, payload end) of each length-delimited field in ``view[pos:end]``; other
+    wire types are skipped. Raises ValueError on a malformed message."""
+    while pos < end:
+        tag, pos = _varint(view, pos)
+        kind = tag & 7
+        if kind == 0:
+            _, pos = _varint(view, pos)
+        elif kind in (1, 5):
+            pos += 8 if kind == 1 else 4
+        elif kind == _LEN:
+            size, pos = _varint(view, pos)
+            if pos + size > end:
+                raise ValueError("field past the end of its message")
+            yield tag >> 3, pos, pos + size
+            pos += size
+        else:
+            raise ValueError(f"unexpected wire type {kind}")
+    if pos != end:
+        raise ValueError("field past the end of its message")
+
+
+def _varint(view: mmap.mmap, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = view[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")

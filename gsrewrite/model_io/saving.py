@@ -1,10 +1,11 @@
 """Atomic, non-destructive saving of models, with external data when needed.
 
-Guarantees of :func:`save_model`: the target is replaced in one ``os.replace`` after the new content is
-fully written (a failure leaves the old file untouched and no temp file behind; when a file is replaced,
-its new content is fsynced first, so that a crash cannot leave it empty either — a new file is not: a crash
-can lose only what did not exist before); the input
-model is never overwritten unless asked; the IR version is lowered to what the installed onnxruntime reads;
+Guarantees of :func:`save_model`: the target is replaced in one ``os.replace`` after the new content is fully
+written (a failure or an interrupt leaves the old file untouched and no temp file behind; a temp file left by a
+killed process is removed by the next save into its folder; when a file is replaced, its new content is fsynced
+first, so that a crash cannot leave it empty either — a new file is not: a crash can lose only what did not exist
+before); no file the input model reads is overwritten (the model itself only when asked), nor an existing file as
+external data unless it is the output's own; the IR version is lowered to what the installed onnxruntime reads;
 everything else in the model (opsets, metadata, functions, value_info, doc strings, producer) is kept.
 """
 
@@ -12,16 +13,24 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
-import onnx
 from google.protobuf.message import EncodeError
 from onnx import ModelProto, TensorProto
 
+try:
+    import fcntl
+except ImportError:  # not on POSIX: temp files are not locked, the pid alone tells a leftover
+    fcntl = None  # type: ignore[assignment]
+
 from gsrewrite.errors import OutputError
+from gsrewrite.model_io.external_data import data_files
 from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.ir_version import clamp_ir_version
 from gsrewrite.model_io.tensors import declared_nbytes, is_external
@@ -62,9 +71,11 @@ def save_model(
 
     Tensors of at least ``size_threshold`` bytes go to the external file ``location`` (default
     ``<file name>.data`` next to ``path``) when ``external_data`` is True, or automatically when the model
-    is above the 2 GB protobuf limit and ``external_data`` is None. Raises OutputError when ``path`` is
-    ``input_path`` (or the external file would overwrite the input's) and ``in_place`` is False, when the
-    target folder does not exist, or when writing fails.
+    is above the 2 GB protobuf limit and ``external_data`` is None. Raises OutputError, before writing
+    anything, when ``path`` or the data file is a file the input (``input_path``) reads (see
+    :func:`check_output_path` and :func:`check_data_path`; ``in_place`` allows the input model and its own
+    data file), when the data file would replace an existing file that is not the output's own, when the
+    target folder does not exist; and when writing fails or the save is cancelled (:func:`cancel_saves`).
 
     ``serialized``: ``model`` already serialized, byte for byte (``SimplifyResult.serialized`` /
     ``RewriteResult.serialized``: the bytes validation ran); written as they are when neither external data
@@ -73,7 +84,7 @@ def save_model(
     target = check_output_path(path, input_path=input_path, in_place=in_place)
     if serialized is not None and writes_as_is(model, serialized, external_data):
         try:  # onnxruntime ran these bytes: every tensor is inline and the size is within the limit
-            with _atomic_files() as create:
+            with atomic_files() as create:
                 create(target).write(serialized)
         except OSError as exc:
             raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
@@ -82,7 +93,7 @@ def save_model(
     inline_bytes = _inline_tensor_bytes(model)
     too_big = _over_limit(model, inline_bytes, PROTOBUF_LIMIT)
     external = needs_external_data(serialized_size(model) if too_big else 0, external_data)
-    data_path = _data_path(target, location, input_path, in_place) if external else None
+    data_path = check_data_path(target, location, input_path=input_path, in_place=in_place) if external else None
     ir_version = clamp_ir_version(model.ir_version) if model.ir_version else model.ir_version
     out = model
     if data_path is not None or ir_version != model.ir_version:  # changed below: work on a copy
@@ -90,7 +101,7 @@ def save_model(
         out.CopyFrom(model)
         out.ir_version = ir_version
     try:
-        with _atomic_files() as create:
+        with atomic_files() as create:
             written = 0
             if data_path is not None:
                 data_file = create(data_path)
@@ -156,11 +167,15 @@ def check_output_path(
     *,
     input_path: str | os.PathLike[str] | None = None,
     in_place: bool = False,
+    external_data: bool | None = None,
+    location: str | None = None,
 ) -> str:
     """Check that ``path`` can be written (call it before long work); return its absolute path.
 
-    Raises OutputError when the folder does not exist, ``path`` is a directory, or ``path`` is the same
-    file as ``input_path`` and ``in_place`` is False. :func:`save_model` runs the same check.
+    Raises OutputError when the folder does not exist, ``path`` is a directory, ``path`` is the input model
+    (``input_path``) and ``in_place`` is False, or ``path`` is a file the input reads its external data from
+    (even with ``in_place``). With ``external_data=True`` the data file (``location``) is checked too, see
+    :func:`check_data_path`. :func:`save_model` runs the same checks.
     """
     target = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(target)
@@ -168,17 +183,79 @@ def check_output_path(
         raise OutputError(f"cannot write '{os.fspath(path)}': folder '{folder}' does not exist")
     if os.path.isdir(target):
         raise OutputError(f"cannot write '{os.fspath(path)}': it is a directory")
-    if input_path is not None and not in_place and _same_file(target, os.fspath(input_path)):
-        raise OutputError(
-            f"refusing to overwrite the input model '{os.fspath(path)}'; "
-            "choose another output or use --in-place"
-        )
+    if input_path is not None:
+        _check_not_input(target, os.fspath(path), os.fspath(input_path), in_place)
+    if external_data:
+        check_data_path(target, location, input_path=input_path, in_place=in_place)
     return target
 
 
+def _check_not_input(target: str, shown: str, input_path: str, in_place: bool) -> None:
+    if _same_file(target, input_path):
+        if not in_place:
+            raise OutputError(
+                f"refusing to overwrite the input model '{shown}'; choose another output or use --in-place"
+            )
+        return
+    if _reads(input_path, target):
+        raise OutputError(
+            f"refusing to overwrite '{shown}': the input model reads its external data from it; "
+            "choose another output"
+        )
+
+
+def _reads(model_path: str, path: str) -> bool:
+    """Whether the model file ``model_path`` refers to ``path`` as one of its external-data files."""
+    return any(_same_file(path, data_file) for data_file in data_files(model_path))
+
+
+def check_data_path(
+    target: str | os.PathLike[str],
+    location: str | None = None,
+    *,
+    input_path: str | os.PathLike[str] | None = None,
+    in_place: bool = False,
+) -> str:
+    """The external data file for the model file ``target`` (``location``, default ``<file name>.data``, in
+    the target's folder); raise OutputError when writing it could destroy a file this save does not own.
+
+    Refused: a location that is not a plain file name, the model file itself, the input model, a file the
+    input reads external data from (except with ``in_place`` when ``target`` is the input: the input's own
+    data file is then the output's), and any other existing file unless the model file now at ``target``
+    refers to it (the output's own previous data file, replaced with it).
+    """
+    target = os.path.abspath(os.fspath(target))
+    name = location if location is not None else os.path.basename(target) + ".data"
+    if name in ("", ".", "..") or os.path.basename(name) != name or "\\" in name or "/" in name:
+        raise OutputError(f"external data location '{name}' must be a plain file name (no folders)")
+    data_path = os.path.join(os.path.dirname(target), name)
+    if _same_file(data_path, target):
+        raise OutputError(f"external data location '{name}' is the model file itself")
+    if input_path is not None:
+        source = os.fspath(input_path)
+        if _same_file(data_path, source):
+            raise OutputError(f"refusing to overwrite '{data_path}', which is the input model; choose another output")
+        if _reads(source, data_path) and not (in_place and _same_file(target, source)):
+            raise OutputError(
+                f"refusing to overwrite '{data_path}', which belongs to the input model (it reads its external "
+                "data from it); choose another output"
+            )
+    if os.path.lexists(data_path) and not _reads(target, data_path):
+        raise OutputError(
+            f"refusing to overwrite '{data_path}' with the external data of '{target}': the file exists and "
+            f"is not the data file of '{os.path.basename(target)}'; remove it or choose another output"
+        )
+    return data_path
+
+
 def _same_file(a: str, b: str) -> bool:
-    if os.path.exists(a) and os.path.exists(b):
-        return os.path.samefile(a, b)
+    """Whether ``a`` and ``b`` are one file (hard links and symlinks included) or, when one does not exist
+    yet, resolve to the same path."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
     return os.path.realpath(a) == os.path.realpath(b)
 
 
@@ -197,38 +274,6 @@ def _inline_tensor_bytes(model: ModelProto) -> int:
     return total
 
 
-def _data_path(
-    target: str, location: str | None, input_path: str | os.PathLike[str] | None, in_place: bool
-) -> str:
-    name = location if location is not None else os.path.basename(target) + ".data"
-    if name in ("", ".", "..") or os.path.basename(name) != name or "\\" in name or "/" in name:
-        raise OutputError(f"external data location '{name}' must be a plain file name (no folders)")
-    data_path = os.path.join(os.path.dirname(target), name)
-    if _same_file(data_path, target):
-        raise OutputError(f"external data location '{name}' is the model file itself")
-    if input_path is not None and not in_place and _is_input_file(data_path, os.fspath(input_path)):
-        raise OutputError(
-            f"refusing to overwrite '{name}', which belongs to the input model; choose another location"
-        )
-    return data_path
-
-
-def _is_input_file(data_path: str, input_path: str) -> bool:
-    """True when ``data_path`` is the input model or one of the external files the input refers to."""
-    if not os.path.exists(data_path):
-        return False
-    if _same_file(data_path, input_path):
-        return True
-    if os.path.dirname(os.path.realpath(data_path)) != os.path.dirname(os.path.realpath(input_path)):
-        return False
-    try:
-        source = onnx.load(input_path, load_external_data=False)
-    except Exception:  # an unreadable input refers to no file we could overwrite
-        return False
-    locations = {e.value for t in tensor_protos(source) for e in t.external_data if e.key == "location"}
-    return os.path.basename(data_path) in {os.path.normpath(loc) for loc in locations}
-
-
 def _move_tensors(model: ModelProto, f: BinaryIO, location: str, size_threshold: int) -> None:
     """Append every raw tensor of at least ``size_threshold`` bytes to ``f`` and point the tensor at it."""
     for tensor in tensor_protos(model):
@@ -237,6 +282,7 @@ def _move_tensors(model: ModelProto, f: BinaryIO, location: str, size_threshold:
         data = tensor.raw_data
         if len(data) < size_threshold:
             continue
+        _check_cancelled()  # an interrupted save stops writing gigabytes
         offset = f.tell()
         if len(data) >= _ALIGN_FROM and offset % _PAGE:
             f.write(b"\0" * (_PAGE - offset % _PAGE))
@@ -257,41 +303,63 @@ def _serialized(model: ModelProto, target: str) -> bytes:
 
 
 class PendingFile:
-    """A temp file next to ``target`` (``.NAME.*.tmp``): written through :attr:`file`, then put in place by
-    :meth:`commit` in one ``os.replace`` (fsynced first when it replaces an existing file) or removed by
-    :meth:`discard`."""
+    """A temp file next to ``target``, written through :attr:`file`, then put in place by :meth:`commit` in one
+    ``os.replace`` (fsynced first when it replaces an existing file) or removed by :meth:`discard`.
+
+    It is named ``.<target name>.gsrewrite-<pid>-<random>.tmp`` and locked (``flock``) until it is put in place
+    or removed, so that a later run can tell it from the leftover of a killed process (see
+    :func:`remove_stale_temp_files`, run once per folder and process before the first temp file there).
+    """
 
     def __init__(self, target: str) -> None:
         folder, name = os.path.split(target)
-        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-        self.target = target
-        self.file: BinaryIO = os.fdopen(fd, "wb")
+        _sweep_once(folder)
+        prefix = f".{name[:_NAME_ROOM]}{TEMP_MARK}{os.getpid()}-"
+        fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+        self.target, self._placed = target, False
+        file: BinaryIO | None = None
+        try:  # an interrupt (or any error) from here on must not leave the file behind
+            file = os.fdopen(fd, "wb")
+            _lock(fd)
+            _pause_for_tests()
+        except BaseException:
+            os.close(fd) if file is None else file.close()
+            _unlink(self.tmp)
+            raise
+        self.file: BinaryIO = file
 
-    def close(self, fsync: bool = False) -> None:
-        if not self.file.closed:
-            self.file.flush()
-            if fsync:
-                os.fsync(self.file.fileno())
-            self.file.close()
+    def flush(self, fsync: bool = False) -> None:
+        self.file.flush()
+        if fsync:
+            os.fsync(self.file.fileno())
 
     def commit(self) -> None:
         replacing = os.path.exists(self.target)
-        self.close(fsync=replacing)
-        _copy_mode(self.target, self.tmp)
-        os.replace(self.tmp, self.target)
+        self.flush(fsync=replacing)
+        self.put_in_place()
         if replacing:
             _fsync_dir(os.path.dirname(self.target))
 
-    def discard(self) -> None:
+    def put_in_place(self) -> None:
+        """Rename the (flushed) temp file to the target, unless saves were cancelled; the lock is held until
+        then."""
+        _check_cancelled()
+        _copy_mode(self.target, self.tmp)
+        os.replace(self.tmp, self.target)
+        self._placed = True
         self.file.close()
-        if os.path.exists(self.tmp):
-            os.remove(self.tmp)
+
+    def discard(self) -> None:
+        """Close and remove the temp file (nothing to remove once it is in place)."""
+        self.file.close()
+        if not self._placed:
+            _unlink(self.tmp)
 
 
 @contextmanager
-def _atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
+def atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
     """Hand out temp files next to their targets; on success rename all (fsyncing those that replace an existing
-    file first), on failure delete all."""
+    file first), on failure or interrupt delete all."""
     pending: list[PendingFile] = []
 
     def create(target: str) -> BinaryIO:
@@ -302,15 +370,145 @@ def _atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
         yield create
         replacing = {p.target for p in pending if os.path.exists(p.target)}
         for p in pending:
-            p.close(fsync=p.target in replacing)
+            p.flush(fsync=p.target in replacing)
         for p in pending:
-            _copy_mode(p.target, p.tmp)
-            os.replace(p.tmp, p.target)
+            p.put_in_place()
         for folder in {os.path.dirname(target) for target in replacing}:
             _fsync_dir(folder)
     finally:
         for p in pending:
             p.discard()
+
+
+# --- temp files: interrupts and leftovers ---------------------------------------------------------------------
+
+#: Marks this tool's temp files: ``.<target name>.gsrewrite-<pid>-<random>.tmp``.
+TEMP_MARK = ".gsrewrite-"
+_TEMP_NAME = re.compile(r"\..*\.gsrewrite-(?P<pid>[0-9]+)-[A-Za-z0-9_]+\.tmp", re.DOTALL)
+#: A temp file older than this (seconds) is stale even when a process with its pid runs (pids are reused).
+STALE_AFTER = 24 * 3600
+_NAME_ROOM = 120  # characters of the target's name kept in a temp file's name (names are limited to 255 bytes)
+_PAUSE_VARIABLE = "GSREWRITE_TEST_SAVE_PAUSE"
+_cancelled = False  # a plain flag: set from a signal handler, which must not take locks
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
+
+
+def cancel_saves() -> None:
+    """Make every save in progress, in any thread, remove its temp files instead of putting them in place
+    (OutputError), until :func:`allow_saves`. The CLI calls it on SIGINT/SIGTERM; safe in a signal handler."""
+    global _cancelled
+    _cancelled = True
+
+
+def allow_saves() -> None:
+    """Undo :func:`cancel_saves`."""
+    global _cancelled
+    _cancelled = False
+
+
+def _check_cancelled() -> None:
+    if _cancelled:
+        raise OutputError("the save was interrupted; nothing was written")
+
+
+def _pause_for_tests() -> None:
+    """Test hook: ``GSREWRITE_TEST_SAVE_PAUSE=SECONDS`` waits that long after creating each temp file (tests
+    interrupt or kill a save there); a cancelled save stops waiting."""
+    try:
+        seconds = float(os.environ.get(_PAUSE_VARIABLE) or 0)
+    except ValueError:
+        return
+    deadline = time.monotonic() + seconds
+    while not _cancelled and time.monotonic() < deadline:
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
+def remove_stale_temp_files(folder: str | os.PathLike[str]) -> list[str]:
+    """Remove the temp files this tool left in ``folder`` when a process was killed mid-save (SIGKILL, a power
+    cut): those whose pid no longer runs, or older than :data:`STALE_AFTER`; never one its writer still holds
+    locked. Each removal is logged at INFO; returns the names removed."""
+    try:
+        with os.scandir(folder) as entries:
+            found = [(e, int(m["pid"])) for e in entries if (m := _TEMP_NAME.fullmatch(e.name))]
+    except OSError:
+        return []
+    removed = []
+    for entry, pid in found:
+        why = _stale_reason(entry, pid)
+        if why and _remove_unlocked(entry.path):
+            log.info("removed %s, a temp file of an interrupted gsrewrite save (%s)", entry.path, why)
+            removed.append(entry.name)
+    return removed
+
+
+def _sweep_once(folder: str) -> None:
+    key = os.path.realpath(folder or ".")
+    with _swept_lock:
+        if key in _swept:
+            return
+        _swept.add(key)
+    remove_stale_temp_files(key)
+
+
+def _stale_reason(entry: os.DirEntry[str], pid: int) -> str | None:
+    try:
+        if not entry.is_file(follow_symlinks=False):
+            return None
+        age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return None
+    if age > STALE_AFTER:
+        return f"{age / 3600:.0f} hours old"
+    return None if _pid_alive(pid) else f"process {pid} is gone"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OverflowError, OSError):
+        return False
+    return True
+
+
+def _lock(fd: int) -> None:
+    """Hold an advisory lock on a temp file in use: :func:`remove_stale_temp_files` never removes a locked one
+    (the lock ends with the process, however it ends)."""
+    if fcntl is not None:
+        with suppress(OSError):  # a file system without locks: the pid alone decides
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _remove_unlocked(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # its writer still runs (in another pid namespace, say)
+                return False
+            except OSError:
+                pass
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    with suppress(FileNotFoundError):
+        os.remove(path)
 
 
 def _copy_mode(target: str, tmp: str) -> None:
