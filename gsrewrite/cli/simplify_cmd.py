@@ -118,6 +118,11 @@ def _report(result: Any, written: list[str], as_json: bool) -> None:
         out.print("Nothing to simplify: the graph is unchanged.")
     for name, why in result.dropped.items():
         out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites changed the outputs ({why})")
+    if result.skipped_folds:
+        first, why = next(iter(result.skipped_folds.items()))
+        others = len(result.skipped_folds) - 1
+        more = f" (and {others} more; --json lists them)" if others else ""
+        out.print(f"Not folded: {first}: {why}{more}", soft_wrap=True)
     if result.validation is not None:
         verdict = "[green]OK[/green]" if result.validation.ok else "[red]FAILED (original kept)[/red]"
         summary = result.validation.summary().removeprefix("OK: ").removeprefix("FAILED: ")

@@ -26,6 +26,7 @@ from gsrewrite.simplifier.conversion import export_model, import_graph
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
 from gsrewrite.simplifier.passes.base import SimplifyOptions
+from gsrewrite.simplifier.passes.fold_constants import skipped_folds
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import SimplifyResult
 
@@ -76,6 +77,7 @@ def simplify(
     out, counts, rounds = run(passes)
     result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
                             run.original, rounds)
+    result.skipped_folds = skipped_folds(passes)
     if checker is not None and result.changed:
         _validate(result, run, passes, checker)
     elif checker is not None:

@@ -23,6 +23,7 @@ import onnx
 from onnx import helper
 
 from gsrewrite.errors import InputDataError
+from gsrewrite.model_io.shape_inference import infer_shapes
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +121,7 @@ def _inferred(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> 
     """A light copy of ``model`` (no large weights, concrete input shapes) after shape inference."""
     light = helper.make_model(_light_graph(model.graph, shapes), opset_imports=model.opset_import,
                               functions=model.functions, ir_version=model.ir_version)
-    try:
-        return onnx.shape_inference.infer_shapes(light)
-    except Exception as exc:  # onnx raises several types (InferenceError, ValidationError, RuntimeError)
-        log.debug("shape inference failed for the memory estimate: %s", str(exc).splitlines()[0] if str(exc) else exc)
-        return light
+    return infer_shapes(light)  # the safe entry point: no data propagation on huge dims, negative dims cleared
 
 
 def _light_graph(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.GraphProto:

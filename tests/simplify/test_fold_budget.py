@@ -319,3 +319,22 @@ def test_slice_of_a_negative_declared_dim_is_not_a_noop():
                               initializer=inits)
     result = simplify(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), validate=False)
     assert [n.op_type for n in result.model.graph.node] == ["Slice"]
+
+
+def test_simplify_reports_the_folds_it_skipped(tmp_path):
+    """The library result and the CLI's report say which fold was skipped and why."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gsrewrite.simplifier import simplify
+
+    shape = numpy_helper.from_array(np.array([1 << 20, 1 << 20], dtype=np.int64), "s")
+    nodes = [helper.make_node("ConstantOfShape", ["s"], ["c"]),
+             helper.make_node("ReduceSum", ["c"], ["r"], keepdims=0),
+             helper.make_node("Add", ["x", "r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], initializer=[shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = simplify(model, validate=False)
+    (why,) = result.skipped_folds.values()
+    assert "4,398,046,511,104 bytes" in why and "max-fold-bytes" in why
