@@ -266,3 +266,10 @@ def test_cli_exits_2_on_an_unrunnable_model_and_0_without_validation(tmp_path, n
     assert unchecked.returncode == 0, unchecked.stderr
     warnings = [line for line in unchecked.stderr.splitlines() if "not validated" in line]
     assert len(warnings) == 1 and "onnxruntime could not have validated it" in warnings[0]
+
+
+def test_the_default_budget_has_a_floor(monkeypatch):
+    from gsrewrite.validation import memory
+
+    monkeypatch.setattr(memory, "_half_available", lambda: 0)  # a moment of memory pressure
+    assert memory.default_budget() == memory.MIN_DEFAULT_BUDGET

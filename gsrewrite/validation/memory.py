@@ -62,8 +62,17 @@ def parse_size(text: str | int) -> int:
     return value
 
 
+#: The default budget never goes below this: a moment of memory pressure must not refuse an 8 KB model.
+MIN_DEFAULT_BUDGET = 256 << 20
+
+
 def default_budget() -> int:
-    """Half the memory available now (``MemAvailable`` in /proc/meminfo, else the physical pages)."""
+    """Half the memory available now (``MemAvailable`` in /proc/meminfo, else the physical pages), at least
+    :data:`MIN_DEFAULT_BUDGET`."""
+    return max(_half_available(), MIN_DEFAULT_BUDGET)
+
+
+def _half_available() -> int:
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
