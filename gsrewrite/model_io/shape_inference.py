@@ -34,8 +34,9 @@ _SIZE_OPERANDS: dict[str, tuple[int, ...] | None] = {  # None: every input
 _ARITHMETIC = frozenset({"Mul", "Add"})
 
 
-def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX shape inference with data propagation; on any failure the model is returned unchanged.
+def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
+    """ONNX shape inference, with data propagation unless ``data_prop`` is False; on any failure the model is
+    returned unchanged.
 
     Data propagation is used only when it is safe (:func:`data_propagation_is_safe`), both for the model and
     for what plain inference finds (a chain of Concats doubling a constant to 2**32 elements is only seen
@@ -47,6 +48,8 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     model = _negative_dims_cleared(model)
     try:
         plain = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=False)
+        if not data_prop:
+            return plain
         if not data_propagation_is_safe(model) or not data_propagation_is_safe(plain):
             log.info("a dim or size operand is over %d: shape inference without data propagation",
                      _DATA_PROP_LIMIT)
