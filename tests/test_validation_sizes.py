@@ -273,3 +273,31 @@ def test_the_default_budget_has_a_floor(monkeypatch):
 
     monkeypatch.setattr(memory, "_half_available", lambda: 0)  # a moment of memory pressure
     assert memory.default_budget() == memory.MIN_DEFAULT_BUDGET
+
+
+def test_a_run_longer_than_the_time_limit_cannot_be_validated(monkeypatch):
+    """A Loop with 2**62 trips must not hang validation: the run is terminated and the model is refused."""
+    from onnx import parser
+
+    from gsrewrite.errors import CannotValidateError
+
+    model = parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float x) => (float y) <int64 n = {4611686018427387904}, bool t = {1}> {
+    y = Loop (n, t, x) <body = b (int64 i, bool c, float v) => (bool c2, float w) {
+        c2 = Identity (c)
+        w = Add (v, v)
+    }>
+}''')
+    monkeypatch.setenv("GSREWRITE_RUN_TIMEOUT", "0.5")
+    with pytest.raises(CannotValidateError, match=r"ran longer than 0\.5 s"):
+        validate(model, model)
+
+
+def test_declared_output_dims_are_not_trusted_by_the_memory_estimate():
+    from onnx import parser
+
+    from gsrewrite.validation.memory import estimate_peak
+
+    model = parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x) => (float[1099511627776] y) { y = Relu (x) }''')
+    assert estimate_peak(model, {"x": (4,)}).peak < 1024

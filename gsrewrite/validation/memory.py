@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import onnx
 from onnx import helper
 
 from gsrewrite.errors import InputDataError
+from gsrewrite.model_io.external_data import available_memory
 from gsrewrite.model_io.shape_inference import infer_shapes
 
 log = logging.getLogger(__name__)
@@ -74,17 +74,9 @@ def default_budget() -> int:
 
 
 def _half_available() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
-    except (ValueError, OSError, AttributeError):
-        return 8 << 30
+    """Half of what this process may still use: the machine's available memory, capped by ``ulimit -v``."""
+    available = available_memory()
+    return available // 2 if available is not None else 8 << 30
 
 
 def input_bytes(shapes: Mapping[str, tuple[int, ...]], itemsizes: Mapping[str, int]) -> tuple[int, str, int]:
@@ -138,7 +130,9 @@ def _inferred(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> 
 def _light_graph(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]]) -> onnx.GraphProto:
     light = onnx.GraphProto(name=graph.name)
     light.node.extend(graph.node)
-    light.output.extend(graph.output)
+    for out in graph.output:  # the element type only: declared output dims are not trusted, inference sizes them
+        elem = out.type.tensor_type.elem_type if out.type.WhichOneof("value") == "tensor_type" else 0
+        light.output.append(helper.make_tensor_value_info(out.name, elem, None) if elem else out)
     for vi in graph.input:
         if vi.name in shapes and vi.type.WhichOneof("value") == "tensor_type":
             elem = vi.type.tensor_type.elem_type

@@ -13,6 +13,7 @@ import contextvars
 import logging
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,11 +83,21 @@ class Session:
         Raises :class:`ValidationError` (naming the model) when onnxruntime fails.
         """
         start = time.perf_counter()
+        options = _quiet_run()
+        limit = run_time_limit()
+        timer = threading.Timer(limit, setattr, (options, "terminate", True))
+        timer.daemon = True
+        timer.start()
         try:
-            values = self.session.run(None, dict(feed), _quiet_run())  # type: ignore[attr-defined]
+            values = self.session.run(None, dict(feed), options)  # type: ignore[attr-defined]
         except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
+            if options.terminate:
+                raise CannotValidateError(
+                    f"cannot validate: the {self.role} model ran longer than {limit:g} s on the validation inputs "
+                    f"({RUN_TIMEOUT_ENV} sets the limit; --no-validate rewrites without checking)") from None
             raise ValidationError(f"onnxruntime failed to run the {self.role} model: {_first_line(exc)}") from None
         finally:
+            timer.cancel()
             self.run_seconds += time.perf_counter() - start
         return dict(zip(self.output_names, map(_as_output, values), strict=True))
 
@@ -233,6 +244,21 @@ def _serialized(model: onnx.ModelProto) -> bytes | None:
     except (EncodeError, ValueError):  # over the limit after all (e.g. tensors stored as float_data)
         return None
     return data if len(data) <= MAX_PROTOBUF_BYTES else None
+
+
+#: Environment variable: seconds one onnxruntime run may take during validation (default
+#: :data:`DEFAULT_RUN_TIMEOUT`); a model that runs longer (a Loop with 2**62 trips) cannot be validated.
+RUN_TIMEOUT_ENV = "GSREWRITE_RUN_TIMEOUT"
+DEFAULT_RUN_TIMEOUT = 600.0
+
+
+def run_time_limit() -> float:
+    """Seconds one validation run may take (:data:`RUN_TIMEOUT_ENV`, else :data:`DEFAULT_RUN_TIMEOUT`)."""
+    try:
+        value = float(os.environ.get(RUN_TIMEOUT_ENV, DEFAULT_RUN_TIMEOUT))
+    except ValueError:
+        return DEFAULT_RUN_TIMEOUT
+    return value if value > 0 else DEFAULT_RUN_TIMEOUT
 
 
 def _quiet_run() -> Any:

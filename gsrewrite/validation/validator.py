@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.errors import InputDataError, UsageError, ValidationError
+from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
 from gsrewrite.validation.memory import default_budget, parse_size
@@ -129,6 +129,8 @@ class Validator:
             first = build_set(proto, self.specs, sizes[0], 0, self.seed)
             try:
                 return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+            except CannotValidateError:
+                raise  # out of time: larger inputs cannot help
             except ValidationError:
                 if sum(math.prod(s) for s in shapes.values()) * 16 > MAX_GROWN_ELEMENTS:
                     raise
@@ -200,7 +202,8 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
     try:
         return session.run(feed)
     except ValidationError as exc:
-        if not described or any(d["source"] != "generated" for d in described.values()):
+        if isinstance(exc, CannotValidateError) or not described or any(
+                d["source"] != "generated" for d in described.values()):
             raise
         shapes = ", ".join(f"{name} {d['dtype']}{d['shape']}" for name, d in described.items())
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None

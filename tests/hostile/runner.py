@@ -1,0 +1,96 @@
+"""Run the installed ``gsrewrite`` console script on one model, in a jail: 4 GiB of address space, a timeout,
+a fresh working folder, a fresh TMPDIR and a fresh output folder, and report what it left behind."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+GSREWRITE = Path(sys.executable).parent / "gsrewrite"
+ADDRESS_SPACE = 4 << 30
+TIMEOUT_S = 30.0
+OUTPUT_FILE = "out.onnx"
+
+#: command -> (argument list for a model and an output path, whether the command writes the output)
+COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
+    "info": (lambda model, out: ["info", model], False),
+    "validate": (lambda model, out: ["validate", model, model], False),
+    "simplify": (lambda model, out: ["simplify", model, "-o", out], True),
+    "optimize": (lambda model, out: ["optimize", model, "-o", out], True),
+    "apply": (lambda model, out: ["apply", "--pattern", "all", model, "-o", out], True),
+    "explain": (lambda model, out: ["explain", "--pattern", "all", model], False),
+}
+#: commands `gsrewrite --help` lists that take no model (checked by the test to keep COMMANDS complete)
+MODEL_FREE_COMMANDS = frozenset({"passes", "patterns", "plugins"})
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one jailed CLI run did."""
+
+    exit_code: int | None  # None: killed by the timeout
+    stdout: str
+    stderr: str
+    left_in_output: list[str]
+    left_in_tmp: list[str]
+    left_in_cwd: list[str]
+
+
+def limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def run_jailed(command: str, model: Path, scratch: Path, timeout: float = TIMEOUT_S) -> Run:
+    """Run ``gsrewrite COMMAND`` on ``model`` with its output, TMPDIR and working folder under ``scratch``."""
+    out_dir, tmp_dir, cwd = (scratch / "out", scratch / "tmp", scratch / "cwd")
+    for folder in (out_dir, tmp_dir, cwd):
+        folder.mkdir()
+    argv, _ = COMMANDS[command]
+    env = {**os.environ, "TMPDIR": str(tmp_dir), "TEMP": str(tmp_dir), "TMP": str(tmp_dir),
+           "GSREWRITE_RUN_TIMEOUT": "5"}  # a Loop of 2**62 trips: validation gives up within the test's timeout
+    try:
+        done = subprocess.run([str(GSREWRITE), *argv(str(model), str(out_dir / OUTPUT_FILE))], cwd=cwd, env=env,
+                              capture_output=True, text=True, errors="replace", timeout=timeout,
+                              preexec_fn=limit_address_space, stdin=subprocess.DEVNULL)
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, stdout, stderr = None, _text(exc.stdout), _text(exc.stderr)
+    return Run(code, stdout, stderr, _listing(out_dir), _listing(tmp_dir), _listing(cwd))
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every entry under ``root`` -> its kind and content hash, never following symlinks or opening FIFOs and
+    devices (the corpus holds a FIFO and links to /dev/zero)."""
+    entries = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
+            entries[os.path.relpath(path, root)] = _fingerprint(path)
+    return entries
+
+
+def _fingerprint(path: str) -> str:
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        return f"link:{os.readlink(path)}"
+    if stat.S_ISREG(info.st_mode):
+        with open(path, "rb") as f:
+            return f"file:{hashlib.sha256(f.read()).hexdigest()}:{stat.S_IMODE(info.st_mode):o}"
+    return f"{stat.filemode(info.st_mode)[0]}:{stat.S_IMODE(info.st_mode):o}"
