@@ -40,9 +40,11 @@ def repeated_kv(match: Match) -> str | None:
     (k_heads, k_rep, k_len, k_size), (v_heads, v_rep, v_len, v_size) = groups
     if (k_heads, k_rep) != (v_heads, v_rep):
         return f"K is repeated {k_heads}x{k_rep}, V {v_heads}x{v_rep}"
-    if _differ(q[2], k_len) or _differ(k_len, v_len):
-        return f"Q {q} and K/V of length {k_len}/{v_len}: not self-attention over one sequence"
-    if k_heads * k_rep != heads[0] or heads[1] != k_size or _differ(k_size, v_size):
+    # two declared symbols may differ at run time (a KV cache, cross-attention): GroupQueryAttention needs Q and
+    # K of one length (it reads K's as the total one)
+    if not _may_equal(q[2], k_len) or not _may_equal(k_len, v_len):
+        return f"Q {q} and K/V of length {k_len}/{v_len}: not provably self-attention over one sequence"
+    if k_heads * k_rep != heads[0] or heads[1] != k_size or not _may_equal(k_size, v_size):
         return f"{heads[0]} Q heads of size {heads[1]} do not match {k_heads}x{k_rep} KV heads of size {k_size}"
     if heads[1] % GQA_HEAD_SIZE_MULTIPLE:
         return f"head size {heads[1]}: onnxruntime's GroupQueryAttention needs a multiple of {GQA_HEAD_SIZE_MULTIPLE}"
@@ -92,7 +94,7 @@ def _bias_shape(match: Match, q: list[Dim]) -> str | None:
     if match.tensor("mask") is None:
         return None
     bias = match.shape("mask")
-    if bias is None or len(bias) != 4 or bias[2] == 1 or _differ(bias[2], q[2]) or _differ(bias[3], q[2]):
+    if bias is None or len(bias) != 4 or not _may_equal(bias[2], q[2]) or not _may_equal(bias[3], q[2]):
         return f"the mask has shape {bias}, not [batch or 1, heads or 1, {q[2]}, {q[2]}]"
     return None
 
@@ -103,8 +105,18 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _differ(a: Any, b: Any) -> bool:
-    """Dims that are certainly different (two different numbers); symbols and unknowns may be equal."""
+    """Dims that are certainly different (two different numbers); symbols and unknowns may be equal. Only for
+    shapes an op already ties together (an Unsqueeze's or Expand's input and output): never for two inputs."""
     return isinstance(a, int) and isinstance(b, int) and a != b
+
+
+def _may_equal(a: Any, b: Any) -> bool:
+    """Dims that can be equal for all we know: the same number or symbol, or one unknown (None, or a dim shape
+    inference could not name, ``unk__N``). Two different declared symbols are taken as different lengths (the
+    exporter named them apart); two different numbers, or a number and a declared symbol, are different."""
+    if a == b:
+        return True
+    return any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in (a, b))
 
 
 CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv}

@@ -20,13 +20,14 @@ def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
         embeddings,
         grouped_attention,
         linear,
+        nan_guard,
         pattern_checks,
         pattern_computations,
         rotary,
     )
 
     for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings,
-                   grouped_attention, linear, rotary):
+                   grouped_attention, linear, nan_guard, rotary):
         for name, check in getattr(module, "CHECKS", {}).items():
             registry.add_check(name, check)
         for name, compute in getattr(module, "COMPUTATIONS", {}).items():

@@ -80,7 +80,7 @@ def test_without_mask_and_with_nan_guard():
 def test_target_onnx_needs_opset_23_and_upgrades_on_request():
     result = assert_no_rewrite(attention(), ["mha"], target="onnx")
     assert "needs opset 23" in result.skipped["mha"]
-    from gsrewrite.engine import apply
+    from gsrewrite.pipelines import apply
 
     upgraded = apply(attention(), ["mha"], target="onnx", opset=23)
     assert upgraded.counts == {"mha": 1} and upgraded.validation.ok
@@ -201,3 +201,56 @@ def test_a_bias_that_is_not_one_vector_stays_unpacked():
 
 def test_without_multi_head_attention_nothing_packs():
     assert_no_rewrite(gpt2_attention("matmul"), ["attention-packing-split-3d"])
+
+
+def _grouped_cross_attention(kv_dim: str) -> onnx.ModelProto:
+    """LLaMA-style grouped attention (4 Q heads, 2 KV heads of 8, repeat_kv) whose K/V come from ``mem`` of
+    length ``kv_dim``: self-attention when it is the query's own dim, cross-attention otherwise."""
+    rng = np.random.default_rng(0)
+    repeat = """
+      {x}s = Shape ({x})
+      {x}lead = Slice ({x}s, zero_1, two_1)
+      {x}tail = Slice ({x}s, two_1, four_1)
+      {x}et = Concat <axis = 0> ({x}lead, rep_1, {x}tail)
+      {x}b = Slice ({x}s, zero_1, one_1)
+      {x}rt = Concat <axis = 0> ({x}b, heads_1, {x}tail)
+      {x}u = Unsqueeze ({x}, two_1)
+      {x}5 = Expand ({x}u, {x}et)
+      {x}4 = Reshape ({x}5, {x}rt)"""
+    text = f"""
+    agraph (float[batch, seq, 16] x, float[batch, {kv_dim}, 16] mem, float[batch, 1, seq, {kv_dim}] bias)
+        => (float[batch, seq, 32] out) {{
+      ql = MatMul (x, wq)
+      q3 = Reshape (ql, qshape)
+      q4 = Transpose <perm = [0, 2, 1, 3]> (q3)
+      kl = MatMul (mem, wk)
+      k3 = Reshape (kl, kvshape)
+      kk = Transpose <perm = [0, 2, 1, 3]> (k3)
+      vl = MatMul (mem, wv)
+      v3 = Reshape (vl, kvshape)
+      vv = Transpose <perm = [0, 2, 1, 3]> (v3)
+      {repeat.format(x="kk")}
+      kt = Transpose <perm = [0, 1, 3, 2]> (kk4)
+      {repeat.format(x="vv")}
+      m = MatMul (q4, kt)
+      s = Mul (m, c)
+      sm = Add (s, bias)
+      p = Softmax <axis = -1> (sm)
+      ctx = MatMul (p, vv4)
+      ct = Transpose <perm = [0, 2, 1, 3]> (ctx)
+      out = Reshape (ct, oshape)
+    }}"""
+    return model_from_text(text, initializers={
+        "wq": rng.standard_normal((16, 32)).astype(np.float32), "wk": rng.standard_normal((16, 16)).astype(np.float32),
+        "wv": rng.standard_normal((16, 16)).astype(np.float32), "qshape": np.array([0, 0, 4, 8], np.int64),
+        "kvshape": np.array([0, 0, 2, 8], np.int64), "oshape": np.array([0, 0, 32], np.int64),
+        "c": np.array(8 ** -0.5, np.float32), "zero_1": np.array([0], np.int64), "one_1": np.array([1], np.int64),
+        "two_1": np.array([2], np.int64), "four_1": np.array([4], np.int64), "rep_1": np.array([2], np.int64),
+        "heads_1": np.array([4], np.int64)})
+
+
+def test_grouped_attention_needs_provably_equal_query_and_key_lengths():
+    """Two different symbols may be different lengths (grouped_attention._differ alone would accept them)."""
+    assert_rewrite(_grouped_cross_attention("seq"), ["gqa"], {"gqa": 1})
+    result = assert_no_rewrite(_grouped_cross_attention("mem_len"), ["gqa"])
+    assert any("not provably self-attention" in m.reason for m in result.near_misses.values())
