@@ -22,12 +22,14 @@ _LAZY = {
     "validate": "gsrewrite.validation",
     "ValidationReport": "gsrewrite.validation",
     "model_info": "gsrewrite.info",
-    "apply": "gsrewrite.engine",
-    "optimize": "gsrewrite.engine.optimize",
-    "RewriteResult": "gsrewrite.engine",
+    "apply": "gsrewrite.pipelines",
+    "optimize": "gsrewrite.pipelines",
+    "RewriteResult": "gsrewrite.pipelines",
+    "ValidationOptions": "gsrewrite.pipelines",
+    "SimplifyLimits": "gsrewrite.pipelines",
     "load_pattern": "gsrewrite.patterns",
     "get_plugin_manager": "gsrewrite.plugin_manager",
-    "simplify": "gsrewrite.simplifier",
+    "simplify": "gsrewrite.pipelines",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -57,10 +57,10 @@ def assert_rewrite(model: onnx.ModelProto | str | os.PathLike, patterns: Sequenc
                    registry: Any = None) -> Any:
     """Apply ``patterns``; assert the per-pattern match counts, the ops produced/absent, and that onnxruntime
     finds the result equivalent to the original. Returns the RewriteResult."""
-    from gsrewrite.engine import apply
+    from gsrewrite.pipelines import ValidationOptions, apply
 
-    result = apply(model, list(patterns), target=target, device=device, validate=True, pattern_files=pattern_files,
-                   registry=registry, validation_options={"inputs": inputs, "atol": atol, "rtol": rtol})
+    result = apply(model, list(patterns), target=target, device=device, pattern_files=pattern_files,
+                   registry=registry, validate=ValidationOptions(inputs=inputs, atol=atol, rtol=rtol))
     counts = {k: v for k, v in result.counts.items() if v}
     assert counts == dict(expected), f"expected matches {dict(expected)}, got {counts} (skipped: {result.skipped})"
     assert not result.dropped, f"validation dropped patterns: {result.dropped}"
@@ -77,7 +77,7 @@ def assert_rewrite(model: onnx.ModelProto | str | os.PathLike, patterns: Sequenc
 def assert_no_rewrite(model: onnx.ModelProto, patterns: Sequence[str], *, target: str = "ort",
                       device: str = "cpu", registry: Any = None) -> Any:
     """Assert that ``patterns`` leave ``model`` unchanged; returns the RewriteResult (with near misses)."""
-    from gsrewrite.engine import apply
+    from gsrewrite.pipelines import apply
 
     result = apply(model, list(patterns), target=target, device=device, validate=False, explain=True,
                    registry=registry)

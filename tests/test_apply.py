@@ -10,8 +10,8 @@ import onnx
 from click.testing import CliRunner
 
 from gsrewrite.cli import main
-from gsrewrite.engine import apply
 from gsrewrite.patterns import PatternRegistry
+from gsrewrite.pipelines import apply
 from gsrewrite.testing import model_from_text
 
 PATTERNS = '''

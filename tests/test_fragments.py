@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from gsrewrite.engine import apply
 from gsrewrite.errors import PatternError
 from gsrewrite.patterns import PatternRegistry
 from gsrewrite.patterns.pattern import parse_pattern_data
+from gsrewrite.pipelines import apply
 from gsrewrite.testing import model_from_text
 
 if sys.version_info >= (3, 11):

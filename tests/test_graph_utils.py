@@ -68,8 +68,7 @@ def test_to_model_keeps_everything_but_the_graph_from_the_original():
     import onnx
     from onnx import helper
 
-    from gsrewrite.engine.fast_import import import_onnx
-    from gsrewrite.engine.graph import to_model
+    from gsrewrite.engine.graph import import_onnx, to_model
 
     function = helper.make_function("local", "F", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
                                     [helper.make_opsetid("", 17)])

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from gsrewrite.engine import apply
 from gsrewrite.patterns import PatternRegistry
+from gsrewrite.pipelines import apply
 from gsrewrite.testing import assert_numerically_equal
 
 SOFTPLUS = '''

@@ -98,8 +98,8 @@ def test_optimize_starts_the_reference_run_during_the_cleanup(monkeypatch):
 
     from gsrewrite.validation.background import BackgroundValidator
 
-    apply_module = importlib.import_module("gsrewrite.engine.apply")
-    optimize_module = importlib.import_module("gsrewrite.engine.optimize")
+    apply_module = importlib.import_module("gsrewrite.pipelines.apply")
+    optimize_module = importlib.import_module("gsrewrite.pipelines.optimize")
 
     events = []
     init, simplified, rewrite = BackgroundValidator.__init__, optimize_module._simplified, apply_module._rewrite

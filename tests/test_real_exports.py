@@ -14,8 +14,7 @@ import numpy as np
 import onnx
 import pytest
 
-from gsrewrite.engine import apply
-from gsrewrite.engine.optimize import optimize
+from gsrewrite.pipelines import ValidationOptions, apply, optimize
 
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
 ATTENTION = {"MultiHeadAttention", "Attention", "GroupQueryAttention"}
@@ -50,7 +49,7 @@ def test_fixture_export_is_fused_and_agrees(stem, command):
     inputs = dict(np.load(FIXTURES / f"{stem}.inputs.npz"))
     reference = dict(np.load(FIXTURES / f"{stem}.outputs.npz"))
     run = apply if command == "apply" else optimize
-    result = run(str(FIXTURES / f"{stem}.onnx"), patterns=["all"], validation_options={"inputs": inputs})
+    result = run(str(FIXTURES / f"{stem}.onnx"), patterns=["all"], validate=ValidationOptions(inputs=inputs))
     assert not result.dropped, result.dropped
     ops = Counter(n.op_type for n in result.model.graph.node)
     if expected.get("attention") and not _gap(stem, "attention", command):

@@ -11,7 +11,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import gsrewrite
 from gsrewrite.cli._background_save import StagedSave
 from gsrewrite.errors import OutputError
 from gsrewrite.model_io import saving
@@ -105,8 +104,11 @@ def test_bytes_that_would_be_written_differently_are_not_staged(tmp_path: Path) 
 @pytest.mark.parametrize("command", ["simplify", "optimize"])
 def test_the_library_hands_over_the_bytes_it_validated(command: str) -> None:
     calls: list[tuple[onnx.ModelProto, bytes]] = []
-    run = getattr(gsrewrite, command)
-    result = run(_model(2.0), on_serialized=lambda model, data: calls.append((model, data)))
+    from gsrewrite.pipelines.optimize import optimize_model
+    from gsrewrite.pipelines.simplify import simplify_model
+
+    run = {"simplify": simplify_model, "optimize": optimize_model}[command]
+    result = run(_model(2.0), validation={}, on_serialized=lambda model, data: calls.append((model, data)))
     assert result.validation.ok and result.changed
     assert calls and calls[-1][1] is result.serialized and calls[-1][0] is result.model
     assert onnx.load_from_string(calls[-1][1]) == result.model

@@ -42,8 +42,7 @@ def _temp_files(folder: Path) -> list[str]:
 def _paused_save(folder: Path, *options: str) -> subprocess.Popen[str]:
     """``gsrewrite simplify`` writing into ``folder``, paused once its first temp file exists."""
     onnx.save(_model(), folder / "m.onnx")
-    # the pattern cache is off: the hook pauses every temp file, a cache entry's too
-    env = dict(os.environ, GSREWRITE_TEST_SAVE_PAUSE="60", GSREWRITE_CACHE_DIR="")
+    env = dict(os.environ, GSREWRITE_TEST_SAVE_PAUSE="60")
     process = subprocess.Popen(
         [str(GSREWRITE), "simplify", "m.onnx", "-o", "out.onnx", *options], cwd=folder, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -32,7 +32,6 @@ BIN = "Scripts" if os.name == "nt" else "bin"
 
 def _run(*args: str | Path, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GSREWRITE_", "PYTHON"))}
-    env["GSREWRITE_CACHE_DIR"] = ""  # no pattern cache in the user's home
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=cwd or tempfile.gettempdir())
 

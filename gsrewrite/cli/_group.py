@@ -22,7 +22,6 @@ from typing import Any
 import click
 
 from gsrewrite import __version__
-from gsrewrite.cli._allocator import keep_freed_buffers
 from gsrewrite.errors import GsrewriteError
 
 log = logging.getLogger("gsrewrite")
@@ -188,7 +187,6 @@ def _configure_logging(verbose: int, quiet: int) -> None:
 def main(ctx: click.Context, verbose: int, quiet: int, debug: bool, disabled_plugins: tuple[str, ...]) -> None:
     """gsrewrite: declarative, validated rewrites of ONNX models."""
     _configure_logging(verbose, quiet)
-    keep_freed_buffers()
     obj = ctx.ensure_object(dict)
     obj["debug"] = debug or os.environ.get("GSREWRITE_DEBUG") == "1"
     obj["disabled_plugins"] = tuple(disabled_plugins)

@@ -25,7 +25,7 @@ def print_summary(out: Console, result: Any, size_before: int, size_after: int) 
         out.print("No pattern matched: the model is unchanged.")
     out.print(f"Size: {human_bytes(size_before)} -> {human_bytes(size_after)}")
     for name, why in result.dropped.items():
-        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites changed the outputs ({why})")
+        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites fail validation ({why})")
     for name, why in result.skipped.items():
         out.print(f"Skipped {name}: {why}")
     if result.validation is not None:

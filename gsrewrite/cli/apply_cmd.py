@@ -73,15 +73,15 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: int | None, target: str,
          device: str, validate: bool, explain: bool, validation: dict[str, Any],
          on_serialized: Callable[[Any, bytes], None] | None = None) -> tuple[Any, int]:
-    from gsrewrite.engine import apply as run_apply
     from gsrewrite.model_io import load_model
+    from gsrewrite.pipelines.apply import rewrite_model
 
     original = load_model(model)
     names = list(patterns) or ([] if files else ["all"])
     with working("rewriting..."):
-        result = run_apply(original, names, target=target, device=device, validate=validate, pattern_files=files,
-                           explain=explain, opset=opset, validation_options=validation, source_path=model,
-                           on_serialized=on_serialized)
+        result = rewrite_model(original, names, target=target, device=device,
+                               validation=validation if validate else None, pattern_files=files, explain=explain,
+                               opset=opset, source_path=model, on_serialized=on_serialized)
     return result, stored_size(model, original)
 
 

@@ -32,16 +32,17 @@ def optimize(model: str, output: str, target: str, device: str, patterns: tuple[
              as_json: bool) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
     from gsrewrite.cli._background_save import StagedSave
-    from gsrewrite.engine.optimize import optimize as run_optimize
     from gsrewrite.model_io import check_output_path, load_model, stored_size
+    from gsrewrite.pipelines.optimize import optimize_model
 
     check_output_path(output, input_path=model, in_place=in_place)
     original = load_model(model)
     with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
         with working("optimizing..."):
-            result = run_optimize(original, target=target, device=device, patterns=list(patterns) or ["all"],
-                                  opset=opset, simplify=not no_simplify, validate=validate, explain=explain,
-                                  validation_options=validation, source_path=model, on_serialized=staged.begin)
+            result = optimize_model(original, target=target, device=device, patterns=list(patterns) or ["all"],
+                                    opset=opset, simplify=not no_simplify,
+                                    validation=validation if validate else None, explain=explain,
+                                    source_path=model, on_serialized=staged.begin)
         size_after, size_before = staged.finish(result.model, result.serialized,
                                                 lambda: stored_size(model, original))
     report(result, size_before, explain, as_json, size_after)

@@ -45,7 +45,7 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
     """
     from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.model_io import check_output_path, stored_size
-    from gsrewrite.simplifier import simplify as run_simplify
+    from gsrewrite.pipelines.simplify import simplify_model
 
     # before any work: never over the input model (unless --in-place) or a file it reads, nor its data file
     # over a file that is not the output's own
@@ -54,10 +54,10 @@ def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ..
     with StagedSave(output, input_path=model, in_place=in_place, external_data=external_data or None,
                     size_threshold=size_threshold) as staged:
         with working("simplifying..."):
-            result = run_simplify(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
-                                  input_shapes=validation.get("input_shapes"), downcast=downcast,
-                                  validate=validate, validation_options=validation, keep_metadata=keep_metadata,
-                                  on_serialized=staged.begin)
+            result = simplify_model(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
+                                    input_shapes=validation.get("input_shapes"), downcast=downcast,
+                                    validation=validation if validate else None, keep_metadata=keep_metadata,
+                                    on_serialized=staged.begin)
         extracted = _extractions(result.model, constants, ops, output, model)
 
         def original_stats() -> None:  # the table's "before" column, computed while the output is written
@@ -117,7 +117,7 @@ def _report(result: Any, written: list[str], as_json: bool) -> None:
     else:
         out.print("Nothing to simplify: the graph is unchanged.")
     for name, why in result.dropped.items():
-        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites changed the outputs ({why})")
+        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites fail validation ({why})")
     if result.skipped_folds:
         first, why = next(iter(result.skipped_folds.items()))
         others = len(result.skipped_folds) - 1

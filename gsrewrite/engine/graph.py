@@ -34,6 +34,31 @@ def default_opset(model: onnx.ModelProto) -> int:
     return 1
 
 
+def import_onnx(model: onnx.ModelProto) -> gs.Graph:
+    """``gs.import_onnx(model)``, except that a string attribute that is not UTF-8 (an EPContext engine cache)
+    stays bytes and exports unchanged: onnx-graphsurgeon decodes every string attribute of the main graph."""
+    binary = [(index, attr, attr.s) for index, node in enumerate(model.graph.node) for attr in node.attribute
+              if attr.type == onnx.AttributeProto.STRING and not _is_utf8(attr.s)]
+    for _, attr, _ in binary:
+        attr.s = b""  # restored below: the caller's model is left as it was
+    try:
+        graph = gs.import_onnx(model)
+    finally:
+        for _, attr, value in binary:
+            attr.s = value
+    for index, attr, value in binary:
+        graph.nodes[index].attrs[attr.name] = value
+    return graph
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
     """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``).
 
@@ -43,8 +68,6 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
     the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
     """
     if not shapes:
-        from gsrewrite.engine.fast_import import import_onnx
-
         return import_onnx(model)
     from gsrewrite.simplifier.conversion import import_graph
 

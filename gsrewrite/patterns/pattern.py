@@ -131,10 +131,7 @@ def load_pattern(path: str | Path) -> list[Pattern]:
 
 @functools.lru_cache(maxsize=256)
 def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
-    """One file's patterns: from the disk cache (:mod:`gsrewrite.patterns.cache`) when it has them, else parsed
-    (and cached)."""
-    from gsrewrite.patterns import cache
-
+    """One file's patterns, parsed."""
     file = Path(path)
     try:
         raw = file.read_bytes()
@@ -142,11 +139,7 @@ def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
         raise PatternError(f"pattern file not found: {file}") from None
     except OSError as exc:
         raise PatternError(f"cannot read pattern file {file}: {exc}") from None
-    patterns = cache.load(file, raw)
-    if patterns is None:
-        patterns = _parse_file(file, raw)
-        cache.store(file, raw, patterns)
-    return tuple(patterns)
+    return tuple(_parse_file(file, raw))
 
 
 def _parse_file(path: Path, raw: bytes) -> list[Pattern]:

@@ -1,4 +1,4 @@
-"""The package behind ``gsrewrite.simplify``: small graph passes run to a fixed point, validated by onnxruntime.
+"""The simplifier: small graph passes, run to a fixed point by ``gsrewrite.simplify`` (:mod:`gsrewrite.pipelines`).
 
 ::
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from gsrewrite.simplifier.extract import extract_constant, extract_node
 from gsrewrite.simplifier.passes.base import PassReport, SimplifyOptions, SimplifyPass
-from gsrewrite.simplifier.pipeline import simplify
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import ModelStats, SimplifyResult
 
@@ -29,5 +28,4 @@ __all__ = [
     "default_pass_registry",
     "extract_constant",
     "extract_node",
-    "simplify",
 ]

@@ -21,8 +21,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from gsrewrite.engine.fast_import import import_onnx
-from gsrewrite.engine.graph import copy_fields, infer_shapes, nested_graphs, write_graph
+from gsrewrite.engine.graph import copy_fields, import_onnx, infer_shapes, nested_graphs, write_graph
 
 log = logging.getLogger(__name__)
 

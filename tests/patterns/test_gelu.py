@@ -63,7 +63,7 @@ def test_erf_gelu_target_onnx_needs_opset_20():
 
 
 def test_erf_gelu_opset_upgrade_on_request():
-    from gsrewrite.engine import apply
+    from gsrewrite.pipelines import apply
 
     result = apply(erf_gelu(opset=17), ["gelu"], target="onnx", opset=20)
     assert result.counts == {"gelu-erf": 1}

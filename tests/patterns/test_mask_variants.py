@@ -18,7 +18,7 @@ import pytest
 from gsrewrite_builtins import attention_mask
 from test_attention_mask import ATTENTION, CAUSAL, HEADS, LEGACY, D
 
-from gsrewrite.engine import RewriteResult, apply
+from gsrewrite.pipelines import RewriteResult, apply
 from gsrewrite.testing import model_from_text
 
 LENGTHS = (7, 16, 33, 40, 130)

@@ -7,9 +7,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from gsrewrite.engine import apply
 from gsrewrite.errors import PatternError, UsageError
 from gsrewrite.patterns.pattern import parse_pattern_data
+from gsrewrite.pipelines import apply
 from gsrewrite.testing import assert_no_rewrite, assert_rewrite, model_from_text
 
 RNG = np.random.default_rng(3)
@@ -162,7 +162,7 @@ def test_rmsnorm_every_spelling(form):
 
 def test_rmsnorm_target_onnx_is_rmsnormalization_23():
     assert_no_rewrite(rmsnorm("legacy"), ["rmsnorm"], target="onnx")
-    from gsrewrite.engine import apply
+    from gsrewrite.pipelines import apply
 
     result = apply(rmsnorm("legacy"), ["rmsnorm"], target="onnx", opset=23)
     assert result.counts == {"rmsnorm": 1} and result.validation.ok

@@ -8,7 +8,8 @@ from typing import Any
 import onnx
 import pytest
 
-from gsrewrite.simplifier import SimplifyResult, simplify
+from gsrewrite.pipelines.simplify import simplify_model
+from gsrewrite.simplifier import SimplifyResult
 
 
 @pytest.fixture
@@ -17,10 +18,11 @@ def simplified() -> Callable[..., SimplifyResult]:
     result is a valid model that onnxruntime finds equal to the original, and return the SimplifyResult."""
 
     def run(model: onnx.ModelProto, *passes: str, **options: Any) -> SimplifyResult:
-        result = simplify(model, only=list(passes) or None, **options)
+        validation = dict(options.pop("validation_options", None) or {}) if options.pop("validate", True) else None
+        result = simplify_model(model, only=list(passes) or None, validation=validation, **options)
         assert not result.dropped, f"validation dropped {result.dropped}"
         onnx.checker.check_model(result.model, full_check=True)
-        if result.changed and options.get("validate", True):
+        if result.changed and validation is not None:
             assert result.validation is not None and result.validation.ok, result.validation.summary()
         return result
 

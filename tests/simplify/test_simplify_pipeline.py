@@ -11,7 +11,8 @@ import pytest
 
 import gsrewrite
 from gsrewrite.errors import UsageError
-from gsrewrite.simplifier import PassRegistry, default_pass_registry, simplify
+from gsrewrite.pipelines import SimplifyLimits, simplify
+from gsrewrite.simplifier import PassRegistry, default_pass_registry
 from gsrewrite.testing import model_from_text, op_counts
 
 TEXT = """
@@ -112,7 +113,7 @@ def test_plugin_pass_without_counts_is_counted_once():
 
 def test_fixed_point_is_bounded(caplog):
     with caplog.at_level(logging.WARNING, logger="gsrewrite"):
-        result = simplify(model_from_text(TEXT), only=["always-modified"], max_rounds=3,
+        result = simplify(model_from_text(TEXT), only=["always-modified"], limits=SimplifyLimits(max_rounds=3),
                           registry=registry_with(AlwaysModified()), validate=False)
     assert result.rounds == 3
     assert "fixed point" in caplog.text
@@ -154,7 +155,8 @@ def test_nothing_to_do_loads_the_original_but_runs_nothing(monkeypatch):
 
 def test_the_reference_run_starts_with_the_first_change(monkeypatch):
     """A model without the usual cleanup work starts its reference run only when a pass changes something."""
-    from gsrewrite.simplifier import bisect, driver
+    from gsrewrite.pipelines import bisect
+    from gsrewrite.simplifier import driver
 
     events = []
     start, run_once = bisect.Checker.start, driver._run_once

@@ -1,19 +1,18 @@
 """``apply``: load -> canonicalize -> pattern rewrites -> legalize -> validate (bisect on failure).
 
 Every rewrite is checked: onnxruntime runs the original and the result on the same inputs. When they
-disagree, the patterns that matched are bisected (smallest failing prefix, in application order) to find
-the guilty one; its rewrites are dropped, the rest is applied again and re-validated, until the result
-agrees (at worst: the original model, unchanged). Nothing wrong is ever returned silently.
+disagree (or onnxruntime cannot load or run the result), the patterns that matched are bisected
+(:mod:`gsrewrite.pipelines.bisect`) to find the guilty one; its rewrites are dropped, the rest is applied again
+and re-validated, until the result agrees (at worst: the original model, unchanged). Nothing wrong is ever
+returned silently.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,13 +26,17 @@ from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
 from gsrewrite.engine.targets import check_device, check_target, device_reason
 from gsrewrite.engine.tracing import NearMiss
 from gsrewrite.errors import RewriteError, UsageError
+from gsrewrite.gc_pause import gc_paused
 from gsrewrite.info import op_histogram
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
+from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
+from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
 
 log = logging.getLogger(__name__)
 
 ModelArg = onnx.ModelProto | str | os.PathLike
+OnSerialized = Callable[[onnx.ModelProto, bytes], None]
 
 
 @dataclass
@@ -80,57 +83,51 @@ def apply(
     *,
     target: str = "ort",
     device: str = "cpu",
-    validate: bool = True,
+    validate: ValidateArg = True,
     pattern_files: Iterable[str | os.PathLike] = (),
     explain: bool = False,
     opset: int | None = None,
     registry: PatternRegistry | None = None,
-    validation_options: dict[str, Any] | None = None,
-    reference: onnx.ModelProto | None = None,
-    source_path: str | os.PathLike | None = None,
-    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
     ``device`` (``cpu`` or ``gpu``) is where the model will run: patterns that pay off on the other kind only
-    are skipped (``result.skipped`` says why).
-    ``pattern_files`` adds pattern files on top of the registered ones (their patterns are always
-    selected). ``opset`` first converts the model to that opset. With ``validate`` (default) the result is
-    compared with the original in onnxruntime (or with ``reference``, the model ``model`` was derived from);
-    ``validation_options`` go to ``gsrewrite.validate``. If nothing can be made to agree, the result is the
-    reference itself. ``source_path`` names the file the original (or ``reference``) was read from, unchanged:
-    validation then lets onnxruntime read that file instead of a re-serialized copy (a path ``model`` is its
-    own source). ``on_serialized(candidate, data)`` is called with each candidate validation serialized, before
-    onnxruntime compares it (the CLI starts writing the bytes meanwhile; ``result.serialized`` says which were
-    kept).
+    are skipped (``result.skipped`` says why). ``pattern_files`` adds pattern files on top of the registered
+    ones (their patterns are always selected). ``opset`` first converts the model to that opset. With
+    ``validate`` (default ``True``; a :class:`~gsrewrite.pipelines.ValidationOptions` sets inputs, shapes,
+    tolerances ...) the result is compared with the original in onnxruntime; a pattern whose rewrites fail (or
+    that onnxruntime cannot load) is dropped (``result.dropped`` says why). If nothing can be made to agree,
+    the result is the original itself.
     """
-    if source_path is None and reference is None and isinstance(model, (str, os.PathLike)):
-        source_path = model
-    return rewrite_model(_as_model(model), patterns, target=target, device=device, validate=validate,
-                         pattern_files=pattern_files, explain=explain, opset=opset, registry=registry,
-                         validation_options=validation_options,
-                         reference=reference, source_path=source_path, on_serialized=on_serialized)
+    source_path = model if isinstance(model, (str, os.PathLike)) else None
+    return rewrite_model(_as_model(model), patterns, target=target, device=device,
+                         validation=validation_kwargs(validate), pattern_files=pattern_files, explain=explain,
+                         opset=opset, registry=registry, source_path=source_path)
 
 
-def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str, validate: bool,
-                  device: str = "cpu",
+def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str,
+                  validation: dict[str, Any] | None, device: str = "cpu",
                   pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
-                  registry: PatternRegistry | None = None, validation_options: dict[str, Any] | None = None,
-                  reference: onnx.ModelProto | None = None, source_path: str | os.PathLike | None = None,
-                  eager_validation: bool = True, pending: Any = None,
-                  on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> RewriteResult:
-    """:func:`apply` on a loaded model. With ``eager_validation`` the reference run starts on a worker thread
-    before the rewrite (overlapping it); otherwise only once the rewrite changed something (a model nothing
-    matches then costs no onnxruntime session at all). ``pending``: the reference's validator, already started
-    by the caller (``optimize`` starts it during the cleanup)."""
+                  registry: PatternRegistry | None = None, reference: onnx.ModelProto | None = None,
+                  source_path: str | os.PathLike | None = None, eager_validation: bool = True, pending: Any = None,
+                  on_serialized: OnSerialized | None = None) -> RewriteResult:
+    """:func:`apply` on a loaded model (the CLI's entry point). ``validation``: keyword arguments of
+    :func:`gsrewrite.validate`, None for no validation. ``reference``: the model ``original`` was derived from,
+    what the result is compared with (and given back when nothing agrees). ``source_path``: the file the
+    reference was read from, unchanged (onnxruntime reads it instead of a re-serialized copy). With
+    ``eager_validation`` the reference run starts on a worker thread before the rewrite (overlapping it);
+    otherwise only once the rewrite changed something. ``pending``: the reference's validator, already started
+    by the caller (``optimize`` starts it during the cleanup). ``on_serialized(candidate, data)`` is called with
+    each candidate validation serialized, before onnxruntime compares it (``result.serialized`` says which one
+    was kept)."""
     start = time.perf_counter()
     check_target(target)
     check_device(device)
     registry, selected = _select(registry, patterns, pattern_files)
     selected, elsewhere = _for_device(selected, device)
-    needs_check = validate and (eager_validation or reference is not None)
-    if pending is None and needs_check:
-        pending = _start_validator(reference or original, validation_options, source_path)
+    validate = validation is not None
+    if pending is None and validate and (eager_validation or reference is not None):
+        pending = reference_validator(reference or original, validation, source_path).start()
     working = _convert_opset(original, opset)
     out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
@@ -138,12 +135,11 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
-        if pending is None:
-            pending = _start_validator(reference or original, validation_options, source_path)
-        _validate_and_bisect(result, reference or original, working, selected, target, registry, pending.get(),
-                             on_serialized)
+        pending = pending or reference_validator(reference or original, validation, source_path)
+        _validate(result, reference or original, working, selected, (target, registry), Checker(pending,
+                                                                                                 on_serialized))
     elif validate:  # nothing to compare, but an original onnxruntime cannot run cannot be validated either
-        (pending or reference_validator(original, validation_options, source_path)).ensure_runnable()
+        (pending or reference_validator(original, validation, source_path)).ensure_runnable()
     else:
         from gsrewrite.validation.runner import warn_unvalidated
 
@@ -161,7 +157,7 @@ def _select(registry: PatternRegistry | None, names: Sequence[str],
     reg = registry if registry is not None else default_registry()
     selected = reg.select(names) if names else []
     for path in files:
-        selected.extend(reg.add_file(path, provider=f"--pattern-file {path}"))
+        selected.extend(reg.add_file(Path(path), provider=f"--pattern-file {path}"))
     if not selected:
         raise UsageError("no patterns selected (use --pattern NAME or --pattern-file FILE)")
     reg.verify(selected)
@@ -211,18 +207,6 @@ def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, expla
         return to_model(graph, model), run
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (it is superlinear in the number of live objects: 100k-node graphs)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
             selected: list[Pattern]) -> RewriteResult:
     modified = run.modified
@@ -236,16 +220,10 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
     return result
 
 
-def _start_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
-                     source_path: str | os.PathLike | None = None) -> Any:
-    """The reference's validator, prepared on a worker thread while the rewrite runs (it runs once, however
-    many candidates bisection compares with it); onnxruntime reads ``source_path`` when given."""
-    return reference_validator(reference, options, source_path).start()
-
-
 def reference_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
                         source_path: str | os.PathLike | None = None) -> Any:
-    """The reference's validator, not started yet (a LazyValidator: ``start()`` runs it on a worker thread)."""
+    """The reference's validator, not started yet (a LazyValidator: ``start()`` runs it on a worker thread,
+    once, however many candidates bisection compares with it); onnxruntime reads ``source_path`` when given."""
     from gsrewrite.validation.background import LazyValidator
     from gsrewrite.validation.runner import ModelSource
 
@@ -253,47 +231,27 @@ def reference_validator(reference: onnx.ModelProto, options: dict[str, Any] | No
     return LazyValidator(original, **(options or {}))
 
 
-def _validate_and_bisect(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
-                         selected: list[Pattern], target: str, registry: PatternRegistry, validator: Any,
-                         on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> None:
+def _validate(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,
+              selected: list[Pattern], rewriting: tuple[str, PatternRegistry], check: Checker) -> None:
     """Validate against ``reference``; drop guilty patterns until it agrees, else fall back to ``reference``."""
-    from gsrewrite.validation.runner import serialized_source
+    target, registry = rewriting
 
-    def check(model: onnx.ModelProto) -> tuple[Any, Any]:
-        source = serialized_source(model, "candidate")  # kept: saving writes the same bytes
-        if on_serialized is not None and source.data is not None:
-            on_serialized(model, source.data)
-        return source, validator.check(source)
-
-    source, report = check(result.model)
-    active = [p for p in selected if result.counts.get(p.name)]
-    while not report.ok and active:
-        guilty = _first_failing(active, working, target, registry, validator)
-        log.warning("pattern %s breaks the model (%s): dropping its rewrites", guilty.name, report.summary())
-        result.dropped[guilty.name] = report.summary()
-        active.remove(guilty)
+    def build(active: list[Pattern]) -> Candidate[PassResult | None]:
         out, run = _rewrite(working, active, target, False, registry)
-        result.model, result.counts, result.records = out, dict(run.counts), run.records
-        source, report = check(result.model)
+        return Candidate(out, run.modified, run)
+
+    active = [p for p in selected if result.counts.get(p.name)]
+    first: Candidate[PassResult | None] = Candidate(result.model, result.changed, None)
+    outcome = validate_and_bisect(first, active, build, check, name=lambda p: p.name, kind="pattern")
+    result.dropped.update(outcome.dropped)
+    report, run = outcome.report, outcome.candidate.detail
+    if run is not None:  # bisection rebuilt the model
+        result.model, result.counts, result.records = outcome.candidate.model, dict(run.counts), run.records
     if not report.ok:  # what remains (e.g. an earlier simplification) still disagrees: give back the reference
         log.warning("the result still disagrees with the original (%s): keeping the original", report.summary())
         result.dropped["(preparation)"] = report.summary()
         result.model, result.counts, result.records = reference, {}, []
-        report = validator.check(reference)
+        report = check(reference)
     result.changed = result.model is not reference
     result.validation = report
-    result.serialized = source.data if report.ok and source.proto is result.model else None
-
-
-def _first_failing(active: list[Pattern], working: onnx.ModelProto, target: str, registry: PatternRegistry,
-                   validator: Any) -> Pattern:
-    """The last pattern of the smallest prefix of ``active`` whose rewrites fail validation."""
-    low, high = 1, len(active)
-    while low < high:
-        mid = (low + high) // 2
-        out, run = _rewrite(working, active[:mid], target, False, registry)
-        if run.modified and not validator.check(out).ok:
-            high = mid
-        else:
-            low = mid + 1
-    return active[high - 1]
+    result.serialized = check.serialized(result.model) if report.ok else None

@@ -14,8 +14,17 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.engine.apply import ModelArg, RewriteResult, _as_model, reference_validator, rewrite_model
 from gsrewrite.patterns.registry import PatternRegistry
+from gsrewrite.pipelines.apply import (
+    ModelArg,
+    OnSerialized,
+    RewriteResult,
+    _as_model,
+    reference_validator,
+    rewrite_model,
+)
+from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
+from gsrewrite.pipelines.simplify import likely_to_change, simplify_model
 
 log = logging.getLogger(__name__)
 
@@ -28,36 +37,38 @@ def optimize(
     patterns: Sequence[str] = ("all",),
     opset: int | None = None,
     simplify: bool = True,
-    validate: bool = True,
+    validate: ValidateArg = True,
     explain: bool = False,
-    validation_options: dict[str, Any] | None = None,
-    simplify_options: dict[str, Any] | None = None,
     registry: PatternRegistry | None = None,
-    source_path: str | os.PathLike | None = None,
-    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
 ) -> RewriteResult:
     """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target`` and
-    ``device`` (see :func:`gsrewrite.engine.apply`).
+    ``device`` (see :func:`gsrewrite.apply`; ``validate`` takes a :class:`~gsrewrite.pipelines.ValidationOptions`
+    too). ``simplify=False`` skips the cleanup passes."""
+    source_path = model if isinstance(model, (str, os.PathLike)) else None
+    return optimize_model(_as_model(model), target=target, device=device, patterns=patterns, opset=opset,
+                          simplify=simplify, validation=validation_kwargs(validate), explain=explain,
+                          registry=registry, source_path=source_path)
 
-    ``source_path``: the file ``model`` was read from, unchanged; ``on_serialized``: called with each candidate
-    validation serialized (see :func:`gsrewrite.engine.apply`).
-    """
-    original = _as_model(model)
-    if source_path is None and isinstance(model, (str, os.PathLike)):
-        source_path = model
+
+def optimize_model(original: onnx.ModelProto, *, validation: dict[str, Any] | None, target: str = "ort",
+                   device: str = "cpu", patterns: Sequence[str] = ("all",), opset: int | None = None,
+                   simplify: bool = True, explain: bool = False, registry: PatternRegistry | None = None,
+                   simplify_options: dict[str, Any] | None = None, source_path: str | os.PathLike | None = None,
+                   on_serialized: OnSerialized | None = None) -> RewriteResult:
+    """:func:`optimize` on a loaded model (the CLI's entry point). ``validation``: keyword arguments of
+    :func:`gsrewrite.validate`, None for none; ``simplify_options``: keyword arguments of ``simplify_model``;
+    ``source_path`` and ``on_serialized``: see :func:`gsrewrite.pipelines.apply.rewrite_model`."""
     # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
-    from gsrewrite.simplifier.pipeline import likely_to_change
-
-    reference_run = reference_validator(original, validation_options, source_path) if validate else None
+    reference_run = reference_validator(original, validation, source_path) if validation is not None else None
     if reference_run is not None and simplify and likely_to_change(original):
         reference_run.start()  # at once: overlaps all of the cleanup
     try:
         working = _simplified(original, simplify_options or {},
                               reference_run.start if reference_run is not None else None) if simplify else original
-        return rewrite_model(working, patterns, target=target, device=device, validate=validate, explain=explain,
-                             opset=opset, registry=registry, validation_options=validation_options,
+        return rewrite_model(working, patterns, target=target, device=device, validation=validation,
+                             explain=explain, opset=opset, registry=registry,
                              reference=original if working is not original else None, source_path=source_path,
                              eager_validation=working is not original,
                              pending=reference_run if reference_run is not None and reference_run.started else None,
@@ -71,13 +82,8 @@ def optimize(
 def _simplified(model: onnx.ModelProto, options: dict[str, Any],
                 on_change: Callable[[], None] | None = None) -> onnx.ModelProto:
     """The simplified model, or ``model`` itself when no pass changed anything."""
-    try:
-        from gsrewrite.simplifier import simplify
-    except ImportError:  # pragma: no cover - simplify ships with gsrewrite; a partial install lacks it
-        log.warning("gsrewrite.simplify is not available: optimizing without the cleanup passes")
-        return model
     from gsrewrite.validation.runner import unvalidated_inner_step
 
     with unvalidated_inner_step():  # optimize validates (or warns) at its end
-        result = simplify(model, validate=False, on_change=on_change, **options)
+        result = simplify_model(model, validation=None, on_change=on_change, **options)
     return result.model if result.changed else model

@@ -1,7 +1,8 @@
 """``simplify``: load -> fix input shapes -> passes to a fixed point -> export -> validate (bisect on failure).
 
-The result is compared with the original in onnxruntime; when they disagree the guilty pass is found and
-dropped (:mod:`gsrewrite.simplifier.bisect`), at worst the original model comes back.
+The result is compared with the original in onnxruntime; when they disagree (or onnxruntime cannot load or run
+the result) the guilty pass is found and dropped (:mod:`gsrewrite.pipelines.bisect`), at worst the original
+model comes back.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import onnx
 from gsrewrite.engine.fold import DEFAULT_MAX_BYTES
 from gsrewrite.engine.graph import is_sorted, toposort
 from gsrewrite.errors import UsageError
+from gsrewrite.gc_pause import gc_paused
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
+from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
 from gsrewrite.protocols import GraphPass
-from gsrewrite.simplifier.bisect import Checker, validate_and_bisect
 from gsrewrite.simplifier.conversion import export_model, import_graph
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
@@ -33,6 +36,17 @@ from gsrewrite.simplifier.result import SimplifyResult
 log = logging.getLogger(__name__)
 
 ModelArg = onnx.ModelProto | str | os.PathLike
+#: What one build of the passes reports besides the model: (changes per pass, rounds run)
+Changes = tuple[dict[str, int], int]
+
+
+@dataclass(frozen=True)
+class SimplifyLimits:
+    """Bounds of one simplification: the largest tensor constant folding may create, and the rounds of passes
+    run to reach a fixed point."""
+
+    max_fold_bytes: int = DEFAULT_MAX_BYTES
+    max_rounds: int = MAX_ROUNDS
 
 
 def simplify(
@@ -40,35 +54,45 @@ def simplify(
     *,
     only: Sequence[str] | None = None,
     skip: Sequence[str] | None = None,
-    max_fold_bytes: int = DEFAULT_MAX_BYTES,
     input_shapes: ShapeSpec | None = None,
     downcast: bool = False,
-    validate: bool = True,
-    validation_options: Mapping[str, Any] | None = None,
-    max_rounds: int = MAX_ROUNDS,
+    validate: ValidateArg = True,
     keep_metadata: bool = False,
     registry: PassRegistry | None = None,
-    on_change: Callable[[], None] | None = None,
-    on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None,
+    limits: SimplifyLimits | None = None,
 ) -> SimplifyResult:
     """Simplify ``model`` (a ModelProto or a path) with the registered passes; the input is not modified.
 
-    ``only`` runs just the named passes, ``skip`` leaves some out, ``downcast`` adds the opt-in
-    ``downcast`` pass. ``max_fold_bytes`` caps one folded tensor. ``input_shapes`` fixes input shapes or
-    dim sizes first (``{"input_ids": (1, 128)}``, ``{"batch": 1}``). With ``validate`` (default) the
-    result is compared with the original in onnxruntime (``validation_options`` go to
-    :func:`gsrewrite.validate`); a pass whose rewrites change the outputs is dropped. Exporter debug
-    metadata on nodes, the graph and its inputs/outputs is dropped unless ``keep_metadata``. ``on_change`` is
-    called whenever the passes changed something (``optimize`` starts the reference run at the first call).
-    ``on_serialized(candidate, data)`` is called with each candidate validation serialized, before onnxruntime
-    compares it (the CLI starts writing the bytes meanwhile; ``result.serialized`` says which were kept).
+    ``only`` runs just the named passes, ``skip`` leaves some out, ``downcast`` adds the opt-in ``downcast``
+    pass. ``input_shapes`` fixes input shapes or dim sizes first (``{"input_ids": (1, 128)}``, ``{"batch": 1}``).
+    With ``validate`` (default ``True``; a :class:`~gsrewrite.pipelines.ValidationOptions` sets inputs,
+    tolerances ...) the result is compared with the original in onnxruntime; a pass whose rewrites change the
+    outputs, or whose result onnxruntime cannot load, is dropped. Exporter debug metadata on nodes, the graph
+    and its inputs/outputs is dropped unless ``keep_metadata``. ``limits`` caps one folded tensor and the rounds.
     """
+    limits = limits or SimplifyLimits()
+    return simplify_model(model, validation=validation_kwargs(validate), only=only, skip=skip,
+                          input_shapes=input_shapes, downcast=downcast, keep_metadata=keep_metadata,
+                          registry=registry, max_fold_bytes=limits.max_fold_bytes, max_rounds=limits.max_rounds)
+
+
+def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, only: Sequence[str] | None = None,
+                   skip: Sequence[str] | None = None, max_fold_bytes: int = DEFAULT_MAX_BYTES,
+                   input_shapes: ShapeSpec | None = None, downcast: bool = False, max_rounds: int = MAX_ROUNDS,
+                   keep_metadata: bool = False, registry: PassRegistry | None = None,
+                   on_change: Callable[[], None] | None = None,
+                   on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> SimplifyResult:
+    """:func:`simplify` with every setting (the CLI's and ``optimize``'s entry point). ``validation``: keyword
+    arguments of :func:`gsrewrite.validate`, None for no validation. ``on_change`` is called whenever the passes
+    changed something (``optimize`` starts the reference run at the first call). ``on_serialized(candidate,
+    data)`` is called with each candidate validation serialized, before onnxruntime compares it (the CLI starts
+    writing the bytes meanwhile; ``result.serialized`` says which were kept)."""
     start = time.perf_counter()
     if max_fold_bytes < 0 or max_rounds < 1:
         raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
     original = _as_model(model)
-    checker = Checker(_reference(model, original), _validation_options(validation_options, input_shapes),
-                      on_serialized) if validate else None
+    checker = Checker.of(_reference(model, original), _validation_options(validation, input_shapes),
+                         on_serialized) if validation is not None else None
     if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
     run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
@@ -107,10 +131,13 @@ class _Run:
 
     def __call__(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
-        from gsrewrite.engine.apply import gc_paused
-
         with gc_paused():  # many small objects, few cycles: collection passes only cost time (~2% here)
             return self._simplified(passes)
+
+    def candidate(self, passes: Sequence[GraphPass]) -> Candidate[Changes]:
+        """The run with ``passes`` as a bisection candidate."""
+        model, counts, rounds = self(passes)
+        return Candidate(model, bool(counts), (counts, rounds))
 
     def _simplified(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         working = with_input_shapes(self.original, self.input_shapes)
@@ -172,7 +199,11 @@ def _reference(model: ModelArg, original: onnx.ModelProto) -> Any:
 
 def _configured(passes: list[GraphPass], max_fold_bytes: int) -> list[GraphPass]:
     options = SimplifyOptions(max_fold_bytes=max_fold_bytes)
-    return [p.configure(options) if callable(getattr(p, "configure", None)) else p for p in passes]
+    configured = []
+    for pass_ in passes:
+        configure = getattr(pass_, "configure", None)
+        configured.append(configure(options) if callable(configure) else pass_)
+    return configured
 
 
 def _validation_options(options: Mapping[str, Any] | None, input_shapes: ShapeSpec | None) -> dict[str, Any]:
@@ -184,9 +215,13 @@ def _validation_options(options: Mapping[str, Any] | None, input_shapes: ShapeSp
 
 
 def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], checker: Checker) -> None:
-    model, counts, report, dropped = validate_and_bisect(result.model, result.counts, passes, run, checker)
-    result.model, result.counts, result.validation, result.dropped = model, counts, report, dropped
-    result.serialized = checker.serialized(model) if report.ok else None
+    first = Candidate(result.model, True, (result.counts, result.rounds))
+    active = [p for p in passes if result.counts.get(p.name)]
+    outcome = validate_and_bisect(first, active, run.candidate, checker, name=lambda p: p.name, kind="pass")
+    report = outcome.report
+    result.model, result.counts = outcome.candidate.model, outcome.candidate.detail[0]
+    result.validation, result.dropped = report, outcome.dropped
+    result.serialized = checker.serialized(result.model) if report.ok else None
     if not report.ok:
         log.warning("the simplified model does not agree with the original (%s): keeping the original",
                     report.summary())

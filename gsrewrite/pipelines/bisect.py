@@ -1,0 +1,160 @@
+"""The one validate-and-bisect loop: for patterns (``apply``), passes (``simplify``), and any list of steps.
+
+The original model runs once (:class:`Checker`, on a worker thread); every candidate is compared with those
+outputs. A candidate onnxruntime cannot load or run is a *failed* candidate (a bug in a step, not in the user's
+model): it is dropped and bisected exactly like a numeric mismatch. Only the original failing to load is an
+error (:class:`~gsrewrite.errors.CannotValidateError`). When the result fails, the steps that changed something
+are bisected (smallest failing prefix, in application order): the last step of that prefix is dropped, the rest is
+built again, until the result agrees — at worst the caller gives back the original.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import onnx
+
+from gsrewrite.errors import CannotValidateError, InputDataError, ValidationError
+
+log = logging.getLogger(__name__)
+
+Step = TypeVar("Step")
+Detail = TypeVar("Detail")
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The verdict on a candidate onnxruntime could not load or run (shaped like a ValidationReport)."""
+
+    reason: str
+    ok: bool = False
+
+    def summary(self) -> str:
+        return f"FAILED: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": False, "summary": self.summary(), "outputs": []}
+
+
+@dataclass
+class Candidate(Generic[Detail]):
+    """A model built from some of the steps: ``changed`` when any step changed anything; ``detail`` is whatever
+    the builder reports besides (counts, match records ...)."""
+
+    model: onnx.ModelProto
+    changed: bool
+    detail: Detail
+
+
+@dataclass
+class Outcome(Generic[Step, Detail]):
+    """The loop's result: the last candidate, its verdict, the steps kept, and dropped step name -> why."""
+
+    candidate: Candidate[Detail]
+    report: Any
+    kept: list[Step]
+    dropped: dict[str, str] = field(default_factory=dict)
+
+
+class Checker:
+    """Compares candidates with the original, whose validator ``pending`` (a
+    :class:`~gsrewrite.validation.background.LazyValidator`) prepares on a worker thread.
+
+    The first comparison starts the reference run if nobody did, and waits for it. ``on_serialized(candidate,
+    data)`` is called before each comparison with the bytes onnxruntime runs.
+    """
+
+    def __init__(self, pending: Any, on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> None:
+        self._pending = pending
+        self._on_serialized = on_serialized
+        self._validator: Any = None
+        self._last: tuple[onnx.ModelProto, bytes | None] | None = None
+
+    @classmethod
+    def of(cls, original: Any, options: dict[str, Any],
+           on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> Checker:
+        """A checker for ``original`` (a ModelProto or a ModelSource) with :func:`gsrewrite.validate`'s
+        ``options``, not started yet."""
+        from gsrewrite.validation.background import LazyValidator
+
+        return cls(LazyValidator(original, **options), on_serialized)
+
+    @property
+    def started(self) -> bool:
+        return bool(self._pending.started)
+
+    def start(self) -> None:
+        """Start the reference run on a worker thread (once)."""
+        self._pending.start()
+
+    def close(self) -> None:
+        """Wait for the reference run, if started, when no comparison will need it (errors are not raised)."""
+        self._pending.join()
+
+    def ensure_runnable(self) -> None:
+        """When nothing changed: raise CannotValidateError if onnxruntime cannot run the original."""
+        self._pending.ensure_runnable()
+
+    def _ready(self) -> Any:
+        if self._validator is None:
+            try:
+                self._validator = self._pending.get()
+            except CannotValidateError:
+                raise
+            except ValidationError as exc:  # the original itself cannot run: nothing to compare with
+                raise ValidationError(f"{str(exc).splitlines()[0]} (skip validation with --no-validate)") from None
+        return self._validator
+
+    def serialized(self, model: onnx.ModelProto) -> bytes | None:
+        """``model`` serialized, when it is the candidate compared last (its bytes are what onnxruntime ran)."""
+        return self._last[1] if self._last is not None and self._last[0] is model else None
+
+    def __call__(self, candidate: onnx.ModelProto) -> Any:
+        """The verdict on ``candidate``: a ValidationReport, or :class:`Rejected` when onnxruntime cannot load
+        or run it."""
+        from gsrewrite.validation.runner import serialized_source
+
+        validator = self._ready()
+        source = serialized_source(candidate, "candidate")
+        self._last = (candidate, source.data)
+        if self._on_serialized is not None and source.data is not None:
+            self._on_serialized(candidate, source.data)
+        try:
+            return validator.check(source)
+        except (ValidationError, InputDataError) as exc:
+            return Rejected(str(exc).splitlines()[0])
+
+
+def validate_and_bisect(first: Candidate[Detail], steps: Sequence[Step],
+                        build: Callable[[list[Step]], Candidate[Detail]], check: Checker, *,
+                        name: Callable[[Step], str], kind: str = "step") -> Outcome[Step, Detail]:
+    """Check ``first`` (built from all of ``steps``, the ones that changed nothing already left out); while it
+    fails, find the guilty step by bisection, drop it and build again. The verdict of the returned outcome is
+    not ok when even the build without any step fails: the caller then keeps the original."""
+    candidate, report = first, check(first.model)
+    outcome: Outcome[Step, Detail] = Outcome(candidate, report, list(steps))
+    while not report.ok and outcome.kept:
+        guilty = _first_failing(outcome.kept, build, check)
+        log.warning("%s %s fails validation (%s): dropping it", kind, name(guilty), report.summary())
+        outcome.dropped[name(guilty)] = report.summary()
+        outcome.kept = [s for s in outcome.kept if s is not guilty]
+        candidate = build(outcome.kept)
+        report = check(candidate.model)
+    outcome.candidate, outcome.report = candidate, report
+    return outcome
+
+
+def _first_failing(active: list[Step], build: Callable[[list[Step]], Candidate[Any]], check: Checker) -> Step:
+    """The last step of the smallest prefix of ``active`` whose candidate fails validation."""
+    low, high = 1, len(active)
+    while low < high:
+        mid = (low + high) // 2
+        candidate = build(active[:mid])
+        if candidate.changed and not check(candidate.model).ok:
+            high = mid
+        else:
+            low = mid + 1
+    return active[high - 1]
