@@ -8,6 +8,7 @@ from pathlib import Path
 
 import onnx
 from click.testing import CliRunner
+from ort_sessions import count_sessions
 
 from gsrewrite.cli import main
 
@@ -70,24 +71,11 @@ def test_an_unknown_device_exits_2(tmp_path):
 def test_optimizing_an_optimized_model_changes_nothing_and_runs_no_session(tmp_path, monkeypatch):
     once, twice = tmp_path / "once.onnx", tmp_path / "twice.onnx"
     assert CliRunner().invoke(main, ["optimize", str(EXAMPLE), "-o", str(once)]).exit_code == 0
-    import onnxruntime
-
-    real = onnxruntime.InferenceSession
-    created, ran = [], []
-
-    class Counting(real):  # type: ignore[misc, valid-type]
-        def __init__(self, *args, **kwargs):
-            created.append(args)
-            super().__init__(*args, **kwargs)
-
-        def run(self, *args, **kwargs):
-            ran.append(args)
-            return super().run(*args, **kwargs)
-
-    monkeypatch.setattr(onnxruntime, "InferenceSession", Counting)
+    sessions = count_sessions(monkeypatch)
     result = CliRunner().invoke(main, ["optimize", str(once), "-o", str(twice), "--json"])
     assert result.exit_code == 0, result.output
-    assert len(created) == 1 and not ran  # the original is loaded (it must be runnable), nothing is compared
+    # the original is loaded (it must be runnable); nothing is compared
+    assert len(sessions.created) == 1 and not sessions.ran
     report = json.loads(result.stdout)
     assert report["validation"] is None and report["nodes_after"] == report["nodes_before"]
     assert onnx.load(str(twice)).graph == onnx.load(str(once)).graph
