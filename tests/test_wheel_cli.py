@@ -72,10 +72,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _ok(_run(sys.executable, "-m", "venv", "--without-pip", venv))
     python = venv / BIN / "python"
     purelib = Path(_ok(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))")).stdout.strip())
-    # plain paths, not site.addsitedir: this environment's own .pth files (an editable gsrewrite) stay out
-    (purelib / "_dependencies.pth").write_text("".join(f"{p}\n" for p in _dependency_paths()))
+    # the wheel first: with this environment's packages visible, pip would take an installed gsrewrite as
+    # "already satisfied" and install nothing
     _ok(_run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index",
              "--disable-pip-version-check", wheel))
+    # then the dependencies, as plain paths, not site.addsitedir: this environment's .pth files (an editable
+    # gsrewrite) stay out, and the venv's own site-packages (the wheel's gsrewrite) comes first
+    (purelib / "_dependencies.pth").write_text("".join(f"{p}\n" for p in _dependency_paths()))
     seen = _ok(_run(python, "-c", "import gsrewrite, gsrewrite_builtins; print(gsrewrite.__file__)")).stdout
     assert Path(seen.strip()).is_relative_to(purelib), f"gsrewrite imported from {seen}, not the wheel"
     return venv / BIN
