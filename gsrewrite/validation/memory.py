@@ -90,20 +90,21 @@ def estimate_peak(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]])
     """The peak activation memory of ``model`` run on inputs of ``shapes`` (see the module doc)."""
     inferred = _inferred(model, shapes)
     graph = inferred.graph
-    sizes = {vi.name: _value_bytes(vi) for vi in [*graph.input, *graph.value_info, *graph.output]}
     weights = _weights(model.graph)
-    sizes = {name: size for name, size in sizes.items() if size is not None and name not in weights}
-    last_use = {name: index for index, node in enumerate(graph.node) for name in node.input}
+    sizes = {vi.name: size for vi in [*graph.input, *graph.value_info, *graph.output]
+             if vi.name not in weights and (size := _value_bytes(vi)) is not None}
+    nodes = [(list(node.input), list(node.output)) for node in graph.node]
+    last_use = {name: index for index, (inputs, _) in enumerate(nodes) for name in inputs}
     kept = {o.name for o in graph.output}
     live = {vi.name: sizes.get(vi.name, 0) for vi in graph.input if vi.name in shapes}
     peak = current = sum(live.values())
-    for index, node in enumerate(graph.node):
-        for name in node.output:
+    for index, (inputs, outputs) in enumerate(nodes):
+        for name in outputs:
             if name and name not in live:
                 live[name] = sizes.get(name, 0)
                 current += live[name]
         peak = max(peak, current)
-        for name in set(node.input) | set(node.output):
+        for name in {*inputs, *outputs}:
             if name in live and last_use.get(name, -1) <= index and name not in kept:
                 current -= live.pop(name)
     largest = max(sizes, key=sizes.__getitem__, default="")
@@ -147,12 +148,13 @@ def _light_graph(graph: onnx.GraphProto, shapes: Mapping[str, tuple[int, ...]]) 
 
 
 def _value_bytes(vi: onnx.ValueInfoProto) -> int | None:
-    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+    tensor = vi.type.tensor_type
+    if vi.type.WhichOneof("value") != "tensor_type" or not tensor.HasField("shape"):
         return None
-    dims = vi.type.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") for d in dims):
+    sizes = [d.dim_value if d.WhichOneof("value") == "dim_value" else -1 for d in tensor.shape.dim]
+    if -1 in sizes:
         return None
-    return math.prod(d.dim_value for d in dims) * _itemsize(vi.type.tensor_type.elem_type)
+    return math.prod(sizes) * _itemsize(tensor.elem_type)
 
 
 @functools.cache
