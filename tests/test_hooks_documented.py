@@ -1,4 +1,10 @@
-"""Every hook in gsrewrite/hookspecs.py is documented in docs/plugins.md, has a facade function, is tested."""
+"""Every hook in gsrewrite/hookspecs.py is documented in docs/plugins.md and has a facade function.
+
+That every hook is also *called* — through the plugin manager, from library code, by some test — is checked
+at the end of a whole-suite run by tests/conftest.py, which records every hook call during the session. The
+hooks that have no caller in the library yet are listed in NO_LIBRARY_CALLER below, with the reason: the
+session check fails when one of them gets a caller, so the list can only shrink.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,15 @@ SPEC_MARKER = f"{hookspecs.PROJECT_NAME}_spec"
 HOOKS = sorted(
     name for name, fn in vars(hookspecs).items() if inspect.isfunction(fn) and hasattr(fn, SPEC_MARKER)
 )
+#: hooks that no library code calls yet (hook -> why, with the issue that gives it a caller). Read as data by
+#: tests/conftest.py: keep it a literal dict.
+NO_LIBRARY_CALLER = {
+    "gsrewrite_infer_shape": "shape inference does not consult plugins yet (engine/contrib_shapes.py hard-codes the "
+                             "contrib-op shapes); issue 14 gives it its caller",
+    "gsrewrite_profile_op": "there is no profiler in gsrewrite yet (only the example plugin's own command calls it); "
+                            "issue 8 adds the profiler that calls it",
+    "gsrewrite_register_compression_strategies": "there is no compression subsystem yet; issue 9 adds it",
+}
 #: facade function per hook, when its name is not the hook name without the prefix.
 FACADE = {"gsrewrite_cli_commands": "collect_cli_commands"}
 
@@ -38,8 +53,34 @@ def test_hook_has_a_typed_facade_function(hook: str) -> None:
     assert inspect.getdoc(facade)
 
 
-@pytest.mark.parametrize("hook", HOOKS)
-def test_hook_is_exercised_by_a_test(hook: str) -> None:
-    this = Path(__file__).resolve()
-    users = [p for p in (ROOT / "tests").rglob("*.py") if p.resolve() != this and hook in p.read_text()]
-    assert users, f"no test mentions {hook}"
+def test_the_allow_list_names_real_hooks_with_an_issue() -> None:
+    for hook, reason in NO_LIBRARY_CALLER.items():
+        assert hook in HOOKS, f"NO_LIBRARY_CALLER names {hook!r}, which is not a hook"
+        assert re.search(r"\bissue \d+\b", reason), f"the reason for {hook} names no issue: {reason!r}"
+
+
+@pytest.mark.parametrize("hook", sorted(NO_LIBRARY_CALLER))
+def test_hooks_without_a_library_caller_say_so_in_the_docs(hook: str) -> None:
+    section = DOC.split(f"### {hook}\n", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    assert "no caller in gsrewrite yet" in section.lower(), f"docs/plugins.md does not say that {hook} is uncalled"
+
+
+def test_the_session_check_reads_this_allow_list(pytestconfig: pytest.Config) -> None:
+    """The session-end check (tests/conftest.py) is active and reads NO_LIBRARY_CALLER from this file."""
+    checks = pytestconfig.pluginmanager.get_plugin("gsrewrite-meta-checks")
+    assert checks is not None
+    conftest = type(checks)
+    assert conftest.no_library_caller_allowlist(Path(__file__)) == NO_LIBRARY_CALLER
+    assert conftest.hook_problems(["gsrewrite_x"], {"gsrewrite_x": {"test"}}, {}) == [
+        "gsrewrite_x is never called through the plugin manager from library code (test)"]
+    assert conftest.hook_problems(["gsrewrite_x"], {"gsrewrite_x": {"library"}}, {"gsrewrite_x": "issue 1"})
+    assert not conftest.hook_problems(["gsrewrite_x"], {"gsrewrite_x": {"library", "test"}}, {})
+
+
+def test_a_facade_call_from_library_code_is_recorded(pytestconfig: pytest.Config) -> None:
+    from gsrewrite.patterns import default_registry
+
+    recorder = pytestconfig.pluginmanager.get_plugin("gsrewrite-meta-checks").recorder
+    recorder.hooks.pop("gsrewrite_register_patterns", None)
+    default_registry()  # library code (gsrewrite.patterns) calls the hook through the facade
+    assert "library" in recorder.hooks["gsrewrite_register_patterns"]

@@ -140,3 +140,15 @@ def test_folded_position_constant_of_a_fixed_length_export() -> None:
     # the same constant with a symbolic sequence length: the rows could not be reused for other lengths
     dynamic = model_from_text(text.replace("[2, 6", "[2, seq"), initializers=weights)
     assert_no_rewrite(dynamic, FAMILY)
+
+
+def test_position_ids_input_without_segments_is_passed_through() -> None:
+    # DistilBERT-style (no segment table) with caller-given position ids: no segment input, the ids handed over
+    model = _model("", segment=False, summed="e = Add (w, p)", inputs=", int64[batch, seq] pids")
+    result = assert_rewrite(model, FAMILY, {"embed-layernorm-no-segment-position-ids": 1},
+                            produces={"com.microsoft.EmbedLayerNormalization": 1, "Cast": 2},
+                            absent=["Gather", "Add", "LayerNormalization"],
+                            inputs={"ids": np.array([[1, 5, 7, 2]]), "pids": np.array([[3, 0, 9, 39]])})
+    node = _embed_node(result.model)
+    assert node.input[1] == "" and node.input[4] == ""  # no segment ids, no segment table
+    assert node.input[8]  # the position ids

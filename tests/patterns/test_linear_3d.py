@@ -86,3 +86,15 @@ def test_a_2d_input_and_a_per_row_bias_are_not_rewritten():
     assert miss is None or "rank >= 3" in miss.reason  # (the no-op Reshapes may be gone before matching)
     per_row = model_from_text(STATIC, initializers={**CONSTS, "c": RNG.normal(size=(6, 8)).astype(np.float32)})
     assert "bias" in assert_no_rewrite(per_row, ["linear-3d"]).near_misses["linear-3d"].reason
+
+
+def test_transposed_weight_without_bias() -> None:
+    # Gemm <transB = 1> (x2, w) with W stored [N, K]: the weight is transposed once, no Add is added
+    model = model_from_text(STATIC.replace("Gemm (x2, w, c)", "Gemm <transB = 1> (x2, w)"),
+                            initializers={"flat": CONSTS["flat"], "back": CONSTS["back"],
+                                          "w": np.ascontiguousarray(W.T)})
+    result = assert_rewrite(model, ["linear-3d"], {"linear-3d-nobias-transposed": 1}, produces={"MatMul": 1},
+                            absent=["Add", "Gemm", "Reshape", "Transpose"])
+    matmul = next(n for n in result.model.graph.node if n.op_type == "MatMul")
+    weight = next(t for t in result.model.graph.initializer if t.name == matmul.input[1])
+    assert list(weight.dims) == [16, 8]
