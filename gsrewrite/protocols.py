@@ -63,12 +63,26 @@ class OpProfiler(Protocol):
         """The node's cost, or ``None`` when this profiler does not know the op."""
 
 
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a compressed model's outputs may be from the original's, per output (validation drops a
+    strategy whose outputs are further): cosine similarity at least ``min_cosine`` and, when given, max
+    absolute error at most ``max_abs``."""
+
+    min_cosine: float = 0.999
+    max_abs: float | None = None
+
+
 @runtime_checkable
 class CompressionStrategy(Protocol):
-    """A named way to shrink a model (fp16 weights, int8/int4 weight quantization, ...)."""
+    """A named way to shrink a model (fp16 weights, int8/int4 weight quantization, ...).
+
+    ``tolerance`` is what validation holds the compressed model to (compression is not exact).
+    """
 
     name: str
     description: str
+    tolerance: Tolerance
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> onnx.ModelProto:
         """Return the compressed model; ``model`` is not modified. Bad options raise ``UsageError``."""

@@ -37,6 +37,10 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "optimize": "gsrewrite.cli.optimize_cmd:optimize",
     "simplify": "gsrewrite.cli.simplify_cmd:simplify",
     "passes": "gsrewrite.cli.passes_cmd:passes",
+    "shapes": "gsrewrite.cli.shapes_cmd:shapes",
+    "profile": "gsrewrite.cli.profile_cmd:profile",
+    "memory": "gsrewrite.cli.memory_cmd:memory",
+    "compress": "gsrewrite.cli.compress_cmd:compress",
 }
 
 
