@@ -28,7 +28,7 @@ from gsrewrite.plugin_manager import (
     reset_plugin_manager,
     set_disabled,
 )
-from gsrewrite.protocols import CompressionStrategy, GraphPass, OpCost, OpProfiler
+from gsrewrite.protocols import CompressionStrategy, GraphPass, OpCost, OpProfiler, Tolerance
 from gsrewrite.registry import NamedRegistry
 
 HOOKIMPL = "from gsrewrite.hookspecs import hookimpl\n"
@@ -391,6 +391,7 @@ def test_a_command_name_clash_names_the_plugin(site: FakeSite, caplog: pytest.Lo
 class Fp16:
     name = "fp16"
     description = "weights to float16"
+    tolerance = Tolerance(min_cosine=0.9999)
 
     def apply(self, model, **options):
         return model
