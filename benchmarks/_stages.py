@@ -30,9 +30,9 @@ def stage_times(path: Path, target: str, repeat: int = 3) -> dict[str, float]:
 
 def _stages(path: Path, target: str) -> dict[str, float]:
     from gsrewrite.engine.canonicalize import canonicalize
-    from gsrewrite.engine.graph import to_graph, to_model
     from gsrewrite.engine.legalize import legalize
     from gsrewrite.engine.rewrite import RewritePass
+    from gsrewrite.graph.core import to_graph, to_model
     from gsrewrite.model_io import load_model, save_model
     from gsrewrite.patterns import default_registry
     from gsrewrite.validation import validate

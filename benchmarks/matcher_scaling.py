@@ -74,7 +74,7 @@ def _timed_pass_class():
 
 def _stages(model, registry) -> tuple[dict[str, float], collections.Counter]:  # type: ignore[no-untyped-def]
     from gsrewrite.engine.canonicalize import canonicalize
-    from gsrewrite.engine.graph import to_graph
+    from gsrewrite.graph.core import to_graph
 
     patterns = registry.select(["all"])
     pass_class = _timed_pass_class()

@@ -55,16 +55,14 @@ def profile_op(node: gs.Node, ctx: Any) -> OpCost | None:
     return _first_result("gsrewrite_profile_op", node, ctx)
 
 
-def collect_cli_commands(disabled: Iterable[str] = ()) -> dict[str, click.Command]:
+def collect_cli_commands(reserved: Iterable[str] = (), disabled: Iterable[str] = ()) -> dict[str, click.Command]:
     """Commands added by plugins (except those in ``disabled``), by command name.
 
-    A name that a built-in command or an earlier plugin already uses raises :class:`PluginError` naming the
-    later plugin.
+    A name in ``reserved`` (the CLI's own commands) or that an earlier plugin already uses raises
+    :class:`PluginError` naming the later plugin.
     """
-    from gsrewrite.cli._group import BUILTIN_COMMANDS
-
     skip = set(disabled)
-    owners = dict.fromkeys(BUILTIN_COMMANDS, "gsrewrite itself")
+    owners = dict.fromkeys(reserved, "gsrewrite itself")
     commands: dict[str, click.Command] = {}
     for impl in _registration_order("gsrewrite_cli_commands"):  # a clash names the later plugin
         if impl.plugin_name in skip:

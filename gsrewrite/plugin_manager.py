@@ -33,7 +33,7 @@ from gsrewrite import __version__, hookspecs
 from gsrewrite.errors import UsageError
 
 if TYPE_CHECKING:
-    import click
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -171,13 +171,6 @@ def plugin_label(name: str) -> str:
     get_plugin_manager()
     record = _state.records.get(name)
     return record.label if record is not None else f"plugin {name!r}"
-
-
-def collect_cli_commands(disabled: Iterable[str] = ()) -> dict[str, click.Command]:
-    """Commands added by plugins; see :func:`gsrewrite.plugin_hooks.collect_cli_commands`."""
-    from gsrewrite import plugin_hooks
-
-    return plugin_hooks.collect_cli_commands(disabled)
 
 
 def one_line_error(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
 
-from gsrewrite.engine.graph import cleanup, is_sorted, toposort
+from gsrewrite.graph.core import cleanup, is_sorted, toposort
 
 
 def _chain_graph(length: int) -> gs.Graph:
@@ -68,7 +68,7 @@ def test_to_model_keeps_everything_but_the_graph_from_the_original():
     import onnx
     from onnx import helper
 
-    from gsrewrite.engine.graph import import_onnx, to_model
+    from gsrewrite.graph.core import import_onnx, to_model
 
     function = helper.make_function("local", "F", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
                                     [helper.make_opsetid("", 17)])
@@ -96,7 +96,7 @@ def test_constant_values_leave_file_backed_weights_lazy():
     from onnx import numpy_helper
     from onnx_graphsurgeon.ir.tensor import LazyValues
 
-    from gsrewrite.engine.graph import constant_values
+    from gsrewrite.graph.core import constant_values
 
     proto = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
     weight = gs.Constant("w", LazyValues(proto))

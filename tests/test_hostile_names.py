@@ -89,7 +89,7 @@ def test_cli_exits_2_with_one_line(tmp_path, command, marker, message):
 
 def test_binary_string_attribute_survives_import():
     """A string attribute holding bytes (an EPContext engine cache) is imported and exported unchanged."""
-    from gsrewrite.engine.graph import import_onnx, to_model
+    from gsrewrite.graph.core import import_onnx, to_model
 
     node = helper.make_node("Relu", ["x"], ["y"], blob=b"\x00\xff\xfe binary")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],

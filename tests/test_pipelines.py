@@ -165,24 +165,24 @@ def test_validation_options_and_limits_reach_the_run():
 #: a new one fails the test. Keyed by (module, imported module).
 KNOWN_CROSSINGS = {
     ("gsrewrite/engine/dedupe.py", "gsrewrite.simplifier.passes.cse"),
-    ("gsrewrite/engine/canonicalize.py", "gsrewrite.simplifier.passes.noops"),
-    ("gsrewrite/engine/fold.py", "gsrewrite.simplifier.passes.fold_cost"),
-    ("gsrewrite/engine/fold.py", "gsrewrite.simplifier.evaluate"),
-    ("gsrewrite/engine/graph.py", "gsrewrite.simplifier.conversion"),
-    ("gsrewrite/simplifier/extract.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/rewiring.py", "gsrewrite.engine.graph"),
+    ("gsrewrite/engine/canonicalize.py", "gsrewrite.graph.noops"),
+    ("gsrewrite/engine/fold.py", "gsrewrite.graph.fold_cost"),
+    ("gsrewrite/engine/fold.py", "gsrewrite.graph.evaluate"),
+    ("gsrewrite/engine/graph.py", "gsrewrite.graph.conversion"),
+    ("gsrewrite/simplifier/extract.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/rewiring.py", "gsrewrite.graph.core"),
     ("gsrewrite/simplifier/driver.py", "gsrewrite.engine.canonicalize"),
-    ("gsrewrite/simplifier/driver.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/conversion.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/symbolic.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/passes/fold_shapes.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/passes/base.py", "gsrewrite.engine.fold"),
-    ("gsrewrite/simplifier/passes/dead_code.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/passes/merge_squeezes.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/passes/cse.py", "gsrewrite.engine.graph"),
+    ("gsrewrite/simplifier/driver.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/conversion.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/symbolic.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/passes/fold_shapes.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/passes/base.py", "gsrewrite.graph.fold"),
+    ("gsrewrite/simplifier/passes/dead_code.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/passes/merge_squeezes.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/passes/cse.py", "gsrewrite.graph.core"),
     ("gsrewrite/simplifier/passes/fuse_patterns.py", "gsrewrite.engine.rewrite"),
-    ("gsrewrite/simplifier/passes/noops.py", "gsrewrite.engine.graph"),
-    ("gsrewrite/simplifier/passes/fold_constants.py", "gsrewrite.engine.fold"),
+    ("gsrewrite/simplifier/passes/noops.py", "gsrewrite.graph.core"),
+    ("gsrewrite/simplifier/passes/fold_constants.py", "gsrewrite.graph.fold"),
 }
 
 
@@ -218,7 +218,7 @@ def test_engine_and_simplifier_import_neither_the_pipelines_nor_the_cli_nor_new_
 
 
 def _module_of(name: str) -> str:
-    """``gsrewrite.engine.graph.to_graph`` -> ``gsrewrite.engine.graph`` (the longest prefix that is a file)."""
+    """``gsrewrite.graph.core.to_graph`` -> ``gsrewrite.graph.core`` (the longest prefix that is a file)."""
     parts = name.split(".")
     for end in range(len(parts), 1, -1):
         candidate = ROOT.joinpath(*parts[:end])

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from gsrewrite import plugin_hooks
 from gsrewrite.cli import main
+from gsrewrite.cli._group import BUILTIN_COMMANDS
 from gsrewrite.errors import DuplicateNameError, PluginError, UsageError
 from gsrewrite.plugin_manager import (
     get_plugin_manager,
@@ -378,8 +379,8 @@ def test_a_command_name_clash_names_the_plugin(site: FakeSite, caplog: pytest.Lo
     with pytest.raises(
         PluginError, match=r"plugin 'zclash' .* adds command 'plugins', already provided by gsrewrite"
     ):
-        plugin_hooks.collect_cli_commands()
-    assert plugin_hooks.collect_cli_commands(disabled=["zclash"]) == {
+        plugin_hooks.collect_cli_commands(BUILTIN_COMMANDS)
+    assert plugin_hooks.collect_cli_commands(BUILTIN_COMMANDS, disabled=["zclash"]) == {
         "fake-hello": plugin_hooks.plugin_cli_commands("fake")[0]
     }
     result = cli("--help")

@@ -153,11 +153,12 @@ def _plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
         _configure_logging(params.get("verbose", 0), params.get("quiet", 0))
         disabled = tuple(params.get("disabled_plugins", ()))
         try:
-            from gsrewrite.plugin_manager import collect_cli_commands, set_disabled
+            from gsrewrite.plugin_hooks import collect_cli_commands
+            from gsrewrite.plugin_manager import set_disabled
 
             if disabled:
                 set_disabled(disabled)
-            obj["plugin_commands"] = collect_cli_commands(disabled)
+            obj["plugin_commands"] = collect_cli_commands(BUILTIN_COMMANDS, disabled)
         except GsrewriteError as exc:
             log.warning("plugin commands unavailable: %s", one_line(exc))
         except ImportError:

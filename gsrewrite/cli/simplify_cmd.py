@@ -10,7 +10,7 @@ import click
 from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table, working
 from gsrewrite.cli._validation_options import validation_options
 
-_DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.engine.fold.DEFAULT_MAX_BYTES, without importing the engine
+_DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, without importing the engine
 
 
 @click.command()

@@ -22,8 +22,10 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
-from gsrewrite.engine.fold import fold_constants
-from gsrewrite.engine.graph import cleanup, constant_values, is_empty, is_sorted, toposort
+from gsrewrite.graph.constant_nodes import constants_from_nodes
+from gsrewrite.graph.core import cleanup, constant_values, is_empty, is_sorted, toposort
+from gsrewrite.graph.fold import fold_constants
+from gsrewrite.graph.noops import bypass_noops
 
 log = logging.getLogger(__name__)
 
@@ -44,43 +46,6 @@ def canonicalize(graph: gs.Graph) -> gs.Graph:
     if not is_sorted(graph):  # an imported model usually is
         toposort(graph)
     return graph
-
-
-def constants_from_nodes(graph: gs.Graph) -> None:
-    """Turn every ``Constant`` node whose output is not a graph output into a graph constant."""
-    outputs = {id(t) for t in graph.outputs}
-    for node in graph.nodes:
-        if node.op != "Constant" or len(node.outputs) != 1 or id(node.outputs[0]) in outputs:
-            continue
-        value = _constant_value(node)
-        if value is None:
-            continue
-        out = node.outputs[0]
-        node.outputs.clear()
-        out.to_constant(value)
-
-
-def _constant_value(node: gs.Node) -> np.ndarray | None:
-    attrs = node.attrs
-    if "value" in attrs and isinstance(attrs["value"], gs.Constant):
-        return attrs["value"].values
-    scalar = {"value_float": np.float32, "value_int": np.int64}
-    for key, dtype in scalar.items():
-        if key in attrs:
-            return np.array(attrs[key], dtype=dtype)
-    lists = {"value_floats": np.float32, "value_ints": np.int64}
-    for key, dtype in lists.items():
-        if key in attrs:
-            return np.array(list(attrs[key]), dtype=dtype)
-    return None
-
-
-def bypass_noops(graph: gs.Graph) -> int:
-    """Bypass nodes that change nothing (Identity, same-type Cast, a Reshape to the input's own shape, x*1, ...):
-    the simplify pass ``eliminate-noops`` decides, from constants and inferred shapes."""
-    from gsrewrite.simplifier.passes.noops import EliminateNoops
-
-    return EliminateNoops().apply(graph)
 
 
 def _canonical_operands(node: gs.Node, opset: int) -> None:

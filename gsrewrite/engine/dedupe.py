@@ -3,7 +3,7 @@
 Each match builds its replacement on its own, so four attention blocks that each cast the same
 ``attention_mask`` to int32 leave four identical ``Cast`` nodes. After the rewrite pass, an added node with
 the same op, attributes and inputs as an earlier node (see
-:func:`gsrewrite.simplifier.passes.cse.node_key`) hands its readers to that node and goes; the small
+:func:`gsrewrite.graph.twins.node_key`) hands its readers to that node and goes; the small
 constants replacements bring along (Reshape targets, Slice bounds) count as the same input when their values
 are. Only added nodes are ever removed: ``apply`` leaves the rest of the model as it found it.
 """
@@ -14,7 +14,8 @@ from collections.abc import Hashable
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values
+from gsrewrite.graph.core import constant_values
+from gsrewrite.graph.twins import merge_twins
 
 #: Constants up to this many bytes are compared by value when merging.
 SMALL_CONSTANT = 4096
@@ -25,8 +26,6 @@ def merge_added_duplicates(graph: gs.Graph, added: set[int]) -> int:
 
     Returns the number of nodes removed. Nodes writing a graph output are never removed.
     """
-    from gsrewrite.simplifier.passes.cse import merge_twins
-
     if not added:
         return 0
     _share_small_constants([n for n in graph.nodes if id(n) in added])

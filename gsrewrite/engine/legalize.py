@@ -11,7 +11,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine import opforms
-from gsrewrite.engine.graph import NameSource, constant_values
+from gsrewrite.graph.core import NameSource, constant_values
 
 
 def legalize(graph: gs.Graph) -> gs.Graph:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values
+from gsrewrite.graph.core import constant_values
 
 if TYPE_CHECKING:
     from gsrewrite.patterns.pattern import Pattern, Variant

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values, is_empty
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.plan import PlanStep, build_plan
 from gsrewrite.engine.tracing import Tracer
+from gsrewrite.graph.core import constant_values, is_empty
 from gsrewrite.patterns.pattern import Pattern, Variant
 from gsrewrite.patterns.template import Capture, TemplateGraph, TNode
 

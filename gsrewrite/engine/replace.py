@@ -16,7 +16,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.contrib_shapes import annotate
-from gsrewrite.engine.graph import NameSource
+from gsrewrite.graph.core import NameSource
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
 from gsrewrite.patterns.template import Capture, TNode

@@ -18,13 +18,13 @@ from typing import Any
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.dedupe import merge_added_duplicates
-from gsrewrite.engine.graph import NameSource, cleanup, toposort
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
 from gsrewrite.engine.replace import replace_match
 from gsrewrite.engine.shape_reads import release_shape_reads
 from gsrewrite.engine.targets import choose_replacement
 from gsrewrite.engine.tracing import Tracer
+from gsrewrite.graph.core import NameSource, cleanup, toposort
 from gsrewrite.patterns.pattern import Pattern
 
 log = logging.getLogger(__name__)

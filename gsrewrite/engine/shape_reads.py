@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import NameSource
 from gsrewrite.engine.match import Match
+from gsrewrite.graph.core import NameSource
 
 #: ``Shape`` takes ``start``/``end`` attributes from this opset on.
 _SHAPE_SLICE_OPSET = 15

@@ -17,15 +17,15 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.engine.fold import DEFAULT_MAX_BYTES
-from gsrewrite.engine.graph import is_sorted, toposort
 from gsrewrite.errors import UsageError
 from gsrewrite.gc_pause import gc_paused
+from gsrewrite.graph.conversion import import_graph
+from gsrewrite.graph.core import is_sorted, to_model, toposort
+from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
 from gsrewrite.protocols import GraphPass
-from gsrewrite.simplifier.conversion import export_model, import_graph
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
 from gsrewrite.simplifier.passes.base import SimplifyOptions
@@ -147,7 +147,7 @@ class _Run:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
         if not is_sorted(graph):
             toposort(graph)
-        out = export_model(graph, working, value_info=self.value_info)
+        out = to_model(graph, working, value_info=self.value_info)
         restore_interface(out, self.original, keep_io=not self.input_shapes, keep_metadata=self.keep_metadata)
         return out, dict(counts), rounds
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.canonicalize import constants_from_nodes
-from gsrewrite.engine.graph import is_sorted, toposort
 from gsrewrite.errors import GsrewriteError, PluginError
+from gsrewrite.graph.constant_nodes import constants_from_nodes
+from gsrewrite.graph.core import is_sorted, toposort
 from gsrewrite.protocols import GraphPass
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
-from gsrewrite.engine.graph import to_graph, walk_nodes
 from gsrewrite.errors import UsageError
+from gsrewrite.graph.core import to_graph, walk_nodes
 from gsrewrite.model_io.graph_walk import iter_graphs
 
 

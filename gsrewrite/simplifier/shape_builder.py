@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.graph.rewiring import ConstantPool
 from gsrewrite.simplifier.dim_sources import DimSources
-from gsrewrite.simplifier.rewiring import ConstantPool
 from gsrewrite.simplifier.symbolic import Dim
 
 #: Largest backward cone (shape-computation nodes) examined when counting the nodes a rebuild frees.

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values
-from gsrewrite.simplifier.evaluate import slice_bounds
-from gsrewrite.simplifier.rewiring import constant_ints, is_standard
+from gsrewrite.graph.core import constant_values
+from gsrewrite.graph.evaluate import slice_bounds
+from gsrewrite.graph.rewiring import constant_ints, is_standard
 
 #: Longest integer vector tracked (shape vectors are short; larger ones are data).
 MAX_LENGTH = 16

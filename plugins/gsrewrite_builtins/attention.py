@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values
+from gsrewrite.graph.core import constant_values
 from gsrewrite.engine.match import CheckFailed, Match
 
 

@@ -30,7 +30,8 @@ def _pattern_functions() -> tuple[dict[str, Any], dict[str, Any]]:
 @hookimpl
 def gsrewrite_register_passes(registry: PassRegistry) -> None:
     # imported here: loading the plugin (every CLI start) must not import the engine
-    from gsrewrite.simplifier.passes import PatternPass, builtin_passes
+    from gsrewrite.pipelines.pattern_pass import PatternPass
+    from gsrewrite.simplifier.passes import builtin_passes
 
     passes = builtin_passes()
     before = next(i for i, p in enumerate(passes) if p.name == "eliminate-dead-code")

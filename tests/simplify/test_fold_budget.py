@@ -22,8 +22,8 @@ import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gsrewrite.engine.fold import fold_constants
-from gsrewrite.simplifier.conversion import import_graph
+from gsrewrite.graph.conversion import import_graph
+from gsrewrite.graph.fold import fold_constants
 
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 BIG = 2**40

@@ -6,7 +6,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 import pytest
 
-from gsrewrite.simplifier.evaluate import KERNELS, _reference, evaluate
+from gsrewrite.graph.evaluate import KERNELS, _reference, evaluate
 
 I64 = np.int64
 CASES = [
@@ -53,7 +53,7 @@ def test_unknown_case_falls_back_or_gives_up():
 @pytest.mark.parametrize(("op", "attrs", "values"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
 def test_cost_bounds_the_evaluated_size(op, attrs, values):
     """The size predicted before evaluating is never below the real one (exact but for Slice's upper bound)."""
-    from gsrewrite.simplifier.passes.fold_cost import Shaped, cost
+    from gsrewrite.graph.fold_cost import Shaped, cost
 
     values = [None if v is None else np.asarray(v) for v in values]
     node = gs.Node(op, attrs=attrs, inputs=[gs.Variable(f"i{k}") for k in range(len(values))],
@@ -68,7 +68,7 @@ def test_cost_bounds_the_evaluated_size(op, attrs, values):
 
 
 def test_cost_of_reference_ops_comes_from_shape_inference():
-    from gsrewrite.simplifier.passes.fold_cost import Shaped, cost
+    from gsrewrite.graph.fold_cost import Shaped, cost
 
     node = gs.Node("Split", attrs={"num_outputs": 2}, inputs=[gs.Variable("x")],
                    outputs=[gs.Variable("a"), gs.Variable("b")])

@@ -94,7 +94,7 @@ def test_max_fold_bytes_caps_folding(simplified):
 
 def test_fold_pass_lists_the_nodes_it_left_alone():
     """The pass records why each blow-up was not folded; ``skipped_folds`` gathers them for the report."""
-    from gsrewrite.simplifier.conversion import import_graph
+    from gsrewrite.graph.conversion import import_graph
     from gsrewrite.simplifier.passes.base import SimplifyOptions
     from gsrewrite.simplifier.passes.fold_constants import FoldConstants, skipped_folds
 

@@ -14,7 +14,6 @@ from gsrewrite.simplifier.passes.dedup_constants import DeduplicateConstants
 from gsrewrite.simplifier.passes.downcast import Downcast
 from gsrewrite.simplifier.passes.fold_constants import FoldConstants
 from gsrewrite.simplifier.passes.fold_shapes import FoldShapes
-from gsrewrite.simplifier.passes.fuse_patterns import PatternPass
 from gsrewrite.simplifier.passes.merge_casts import MergeCasts
 from gsrewrite.simplifier.passes.merge_reshapes import MergeReshapes
 from gsrewrite.simplifier.passes.merge_squeezes import MergeSqueezes
@@ -22,7 +21,7 @@ from gsrewrite.simplifier.passes.merge_transposes import MergeTransposes
 from gsrewrite.simplifier.passes.noops import EliminateNoops
 from gsrewrite.simplifier.passes.reshape_transpose import MergeReshapeTranspose
 
-__all__ = ["PatternPass", "SimplifyPass", "builtin_passes"]
+__all__ = ["SimplifyPass", "builtin_passes"]
 
 
 def builtin_passes() -> list[SimplifyPass]:

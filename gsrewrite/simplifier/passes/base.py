@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.fold import DEFAULT_MAX_BYTES
+from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)

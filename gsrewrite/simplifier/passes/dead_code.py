@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import may_hold_subgraphs
+from gsrewrite.graph.core import may_hold_subgraphs
+from gsrewrite.graph.rewiring import disconnect
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import disconnect
 
 
 class EliminateDeadCode(SimplifyPass):

@@ -16,8 +16,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from gsrewrite.graph.rewiring import replace_uses
 from gsrewrite.simplifier.passes.base import SimplifyOptions, SimplifyPass
-from gsrewrite.simplifier.rewiring import replace_uses
 
 _SAMPLE = 512
 

@@ -1,10 +1,10 @@
-"""``fold-constants``: nodes computable before run time become constants (see :mod:`gsrewrite.engine.fold`).
+"""``fold-constants``: nodes computable before run time become constants (see :mod:`gsrewrite.graph.fold`).
 
 Every input constant, or only static shape information needed (``Shape``, ``Size``, ``CastLike``).
 Values come from numpy kernels or ``onnx.reference``. A folded tensor is at most ``--max-fold-bytes``
 and never much larger than the constants it frees, so Tile/Expand/ConstantOfShape/Range blow-ups stay
 nodes and the model never grows. Both limits, and the work of the evaluation, are checked from shapes
-before anything is evaluated (:mod:`gsrewrite.simplifier.passes.fold_cost`); the nodes left alone for
+before anything is evaluated (:mod:`gsrewrite.graph.fold_cost`); the nodes left alone for
 that reason are listed in :attr:`FoldConstants.skipped`.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.fold import DEFAULT_MAX_BYTES, fold_constants
+from gsrewrite.graph.fold import DEFAULT_MAX_BYTES, fold_constants
 from gsrewrite.simplifier.passes.base import SimplifyOptions, SimplifyPass
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import NameSource
+from gsrewrite.graph.core import NameSource
+from gsrewrite.graph.rewiring import ConstantPool, is_standard
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import ConstantPool, is_standard
 from gsrewrite.simplifier.shape_builder import ShapeBuilder
 from gsrewrite.simplifier.symbolic import Dim, SymValue, dim_of, propagate
 

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from gsrewrite.graph.rewiring import disconnect_if_unused, drop_disconnected, forward, is_standard, np_dtype
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import disconnect_if_unused, drop_disconnected, forward, is_standard, np_dtype
 
 
 class MergeCasts(SimplifyPass):

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import (
+from gsrewrite.graph.rewiring import (
     constant_ints,
     disconnect_if_unused,
     drop_disconnected,
@@ -18,6 +17,7 @@ from gsrewrite.simplifier.rewiring import (
     is_standard,
     same_shape,
 )
+from gsrewrite.simplifier.passes.base import SimplifyPass
 
 #: Ops that only change the shape, never the order of elements.
 RESHAPING = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})

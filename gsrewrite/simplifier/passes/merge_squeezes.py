@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import NameSource
-from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import (
+from gsrewrite.graph.core import NameSource
+from gsrewrite.graph.rewiring import (
     disconnect_if_unused,
     drop_disconnected,
     forward,
@@ -22,6 +21,7 @@ from gsrewrite.simplifier.rewiring import (
     rank,
     set_operand_ints,
 )
+from gsrewrite.simplifier.passes.base import SimplifyPass
 
 _OPS = ("Squeeze", "Unsqueeze")
 _NEW = "1"

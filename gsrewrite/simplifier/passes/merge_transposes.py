@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
+from gsrewrite.graph.rewiring import disconnect_if_unused, drop_disconnected, forward, is_standard, rank
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import disconnect_if_unused, drop_disconnected, forward, is_standard, rank
 
 
 class MergeTransposes(SimplifyPass):

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
+from gsrewrite.graph.rewiring import constant_ints, disconnect, drop_disconnected, is_standard, sole_reader
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.rewiring import constant_ints, disconnect, drop_disconnected, is_standard, sole_reader
 from gsrewrite.simplifier.symbolic import Dim, Element, SymValue, dim_of, propagate
 
 _REST = "rest"  # the -1 (or unknown) entry of the first Reshape

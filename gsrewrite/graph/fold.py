@@ -2,7 +2,7 @@
 
 A node is folded when every input is a constant, or when it only needs what shape inference already knows
 (``Shape``/``Size`` of a tensor whose shape is static, ``CastLike`` of a constant to a known dtype). Values
-come from numpy kernels, or ``onnx.reference`` for the less common ops (:mod:`gsrewrite.simplifier.evaluate`).
+come from numpy kernels, or ``onnx.reference`` for the less common ops (:mod:`gsrewrite.graph.evaluate`).
 
 Folding never bloats the model. A folded value must fit in ``max_bytes``, and it may exceed the constants
 it frees (inputs that only this node reads) by at most :data:`GROWTH_ALLOWANCE` bytes. So an ``Expand``,
@@ -10,7 +10,7 @@ it frees (inputs that only this node reads) by at most :data:`GROWTH_ALLOWANCE` 
 shape arithmetic and weight preprocessing (``Transpose(W)``, ``Mul(W, scale)``) fold.
 
 Those limits are checked *before* evaluating: the output size comes from the input shapes and the small
-operands that set it (:func:`gsrewrite.simplifier.passes.fold_cost.cost`), and so does the work of the
+operands that set it (:func:`gsrewrite.graph.fold_cost.cost`), and so does the work of the
 evaluation (elements read, written or computed, which bounds numpy's temporaries and the time), capped at
 :func:`work_limit`. A node over a limit, or whose output size cannot be told without evaluating it, is not
 evaluated; the reason goes to ``skipped`` and the log. So a 200-byte model cannot make folding allocate
@@ -31,7 +31,7 @@ import onnx_graphsurgeon as gs
 from onnx import TensorProto
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
-from gsrewrite.engine.graph import constant_values, is_empty, may_hold_subgraphs, subgraph_outer_names
+from gsrewrite.graph.core import constant_values, is_empty, may_hold_subgraphs, subgraph_outer_names
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def _skip(node: gs.Node, reason: str, skipped: dict[str, str] | None) -> None:
 
 def _over_budget(node: gs.Node, opset: int, max_bytes: int) -> str | None:
     """Why ``node`` must not be evaluated (over a limit, or its size unknown), from shapes alone; else None."""
-    from gsrewrite.simplifier.passes.fold_cost import Cost, cost
+    from gsrewrite.graph.fold_cost import Cost, cost
 
     if node.op in ("Shape", "Size"):
         return None  # a few integers (Size: checked in _values)
@@ -118,7 +118,7 @@ def _over_budget(node: gs.Node, opset: int, max_bytes: int) -> str | None:
 
 def _operand(tensor: gs.Tensor) -> object:
     """A constant input for :func:`cost`: its values when small or loaded, else its shape and type only."""
-    from gsrewrite.simplifier.passes.fold_cost import OPERAND_ELEMENTS, Shaped, type_itemsize
+    from gsrewrite.graph.fold_cost import OPERAND_ELEMENTS, Shaped, type_itemsize
 
     if is_empty(tensor):
         return None
@@ -152,7 +152,7 @@ def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
         return [np.array(size, dtype=np.int64)] if size <= _INT64_MAX else None
     if node.op == "CastLike":
         return [constant_values(node.inputs[0]).astype(np.dtype(node.inputs[1].dtype))]
-    from gsrewrite.simplifier.evaluate import evaluate
+    from gsrewrite.graph.evaluate import evaluate
 
     inputs = [None if is_empty(t) else constant_values(t) for t in node.inputs]
     return evaluate(node, inputs, opset)

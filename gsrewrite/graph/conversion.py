@@ -7,21 +7,19 @@ infers that, imports it, and turns those inputs into constants backed by the ori
 never copied). Small
 initializers (shape vectors, axes, scalars) stay: data propagation reads their values.
 
-:func:`export_model` is :func:`gsrewrite.engine.graph.to_model` without its copies of the weights: the
-exported ModelProto receives the original's IR version, opsets, producer, metadata and functions.
+Export is :func:`gsrewrite.graph.core.to_model`, the one exporter (the weights are copied once).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.exporters.onnx_exporter import update_import_domains
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from gsrewrite.engine.graph import copy_fields, import_onnx, infer_shapes, nested_graphs, write_graph
+from gsrewrite.graph.core import copy_fields, import_onnx, infer_shapes
 
 log = logging.getLogger(__name__)
 
@@ -110,34 +108,3 @@ def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
 
 def _data_bytes(tensor: onnx.TensorProto) -> int:
     return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
-
-
-def export_model(graph: gs.Graph, original: onnx.ModelProto,
-                 value_info: Collection[str] | None = None) -> onnx.ModelProto:
-    """``graph`` as a model with ``original``'s IR version, opsets, producer, metadata and functions.
-
-    With ``value_info``, only those intermediate tensors get a ``value_info`` entry (graph inputs and
-    outputs always keep their types). ``graph`` is not usable afterwards: the other tensors lose their types.
-    """
-    if value_info is not None:
-        _forget_types(graph, set(value_info))
-    model = onnx.ModelProto()
-    copy_fields(model, original, skip=("graph",))
-    write_graph(graph, model.graph)
-    model.graph.name = original.graph.name
-    if original.graph.doc_string:
-        model.graph.doc_string = original.graph.doc_string
-    known = {"" if imp.domain == "ai.onnx" else imp.domain for imp in original.opset_import}
-    model.opset_import.extend(imp for imp in update_import_domains(graph)
-                              if ("" if imp.domain == "ai.onnx" else imp.domain) not in known)
-    return model
-
-
-def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
-    graphs = [graph, *nested_graphs(graph)]
-    interface = {id(t) for g in graphs for t in (*g.inputs, *g.outputs)}
-    for g in graphs:
-        for node in g.nodes:
-            for tensor in node.outputs:
-                if id(tensor) not in interface and tensor.name not in keep:
-                    tensor.dtype, tensor.shape = None, None

@@ -1,4 +1,5 @@
-"""Pattern passes: simplifications written as pattern files and run by the rewrite engine.
+"""Pattern passes: simplifications written as pattern files and run by the rewrite engine (here, above both
+the simplifier and the engine, which do not import each other).
 
 ``fuse-conv-bn`` folds an inference BatchNormalization into the preceding Conv's weight and bias (what
 onnxoptimizer's ``fuse_bn_into_conv`` does): it is the ``conv-bn`` pattern of ``patterns/conv-bn.toml``,

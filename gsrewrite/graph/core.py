@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -64,25 +64,43 @@ def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
 
     With ``shapes``, inference runs on a copy without the large weights (they only need their type and
     shape) and the graph's constants read the original tensors lazily (see
-    :func:`gsrewrite.simplifier.conversion.import_graph`): ONNX inference would otherwise serialize and parse
+    :func:`gsrewrite.graph.conversion.import_graph`): ONNX inference would otherwise serialize and parse
     the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
     """
     if not shapes:
         return import_onnx(model)
-    from gsrewrite.simplifier.conversion import import_graph
+    from gsrewrite.graph.conversion import import_graph
 
     return import_graph(model)[0]
 
 
-def to_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
-    """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions."""
+def to_model(graph: gs.Graph, original: onnx.ModelProto, value_info: Collection[str] | None = None) -> onnx.ModelProto:
+    """Export ``graph`` into a copy of ``original``: same metadata, IR version, producer and functions; the
+    default-domain opset is the graph's, other domains the graph uses are added. The one exporter.
+
+    With ``value_info``, only those intermediate tensors get a ``value_info`` entry (graph inputs and
+    outputs always keep their types); ``graph`` is not usable afterwards: the other tensors lose their types.
+    """
+    if value_info is not None:
+        _forget_types(graph, set(value_info))
     model = onnx.ModelProto()
     copy_fields(model, original, skip=("graph",))
     write_graph(graph, model.graph)
     model.graph.name = original.graph.name
-    model.graph.doc_string = original.graph.doc_string
+    if original.graph.doc_string:  # proto2: assigning "" would add an empty field
+        model.graph.doc_string = original.graph.doc_string
     _merge_opsets(model, update_import_domains(graph))
     return model
+
+
+def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
+    graphs = [graph, *nested_graphs(graph)]
+    interface = {id(t) for g in graphs for t in (*g.inputs, *g.outputs)}
+    for g in graphs:
+        for node in g.nodes:
+            for tensor in node.outputs:
+                if id(tensor) not in interface and tensor.name not in keep:
+                    tensor.dtype, tensor.shape = None, None
 
 
 def write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:

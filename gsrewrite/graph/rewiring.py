@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.graph import constant_values, swap
+from gsrewrite.graph.core import constant_values, swap
 
 DEFAULT_DOMAINS = (None, "", "ai.onnx")
 
@@ -71,7 +71,7 @@ def disconnect(node: gs.Node) -> None:
 def replace_uses(old: gs.Tensor, new: gs.Tensor) -> None:
     """Make every reader of ``old`` read ``new`` instead (readers in subgraphs included).
 
-    :func:`gsrewrite.engine.graph.replace_uses` with the back-references updated by identity (see
+    :func:`gsrewrite.graph.core.replace_uses` with the back-references updated by identity (see
     :func:`disconnect`).
     """
     if old is new:
