@@ -1,4 +1,4 @@
-"""Where ``apply``'s time goes: the same steps as ``gsrewrite.engine.apply``, timed one by one.
+"""Where ``apply``'s time goes: the same steps as ``gsrewrite.pipelines.apply``, timed one by one.
 
 This mirrors the engine's private sequence (load, pattern registry, to_graph, canonicalize, the rewrite
 pass, legalize + cleanup + export, validation, save). If the engine's internals move, ``stage_times``
@@ -32,7 +32,8 @@ def _stages(path: Path, target: str) -> dict[str, float]:
     from gsrewrite.engine.canonicalize import canonicalize
     from gsrewrite.engine.legalize import legalize
     from gsrewrite.engine.rewrite import RewritePass
-    from gsrewrite.graph.core import to_graph, to_model
+    from gsrewrite.graph.conversion import to_graph
+    from gsrewrite.graph.core import to_model
     from gsrewrite.model_io import load_model, save_model
     from gsrewrite.patterns import default_registry
     from gsrewrite.validation import validate

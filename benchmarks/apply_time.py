@@ -1,6 +1,6 @@
 """``apply`` wall time on real models, as a ratio to onnx.load + onnx.save of the same model (goal <= 3).
 
-For each model of the folder: the median of ``--repeat`` runs of load -> ``gsrewrite.engine.apply(model,
+For each model of the folder: the median of ``--repeat`` runs of load -> ``gsrewrite.pipelines.apply(model,
 ["all"])`` -> save (what ``gsrewrite apply --pattern all`` does, minus interpreter start-up), once with
 ``validate=False`` and once validated, each divided by the median of ``onnx.load`` + ``onnx.save``. Also
 reports what was fused, the validation verdict, and (``--profile``) the hot spots of the slowest model.
@@ -46,8 +46,8 @@ class Row:
 
 def run_once(path: Path, out: Path, validate: bool, target: str):  # type: ignore[no-untyped-def]
     """load -> apply(all) -> save; returns the RewriteResult."""
-    from gsrewrite.engine import apply
     from gsrewrite.model_io import load_model, save_model
+    from gsrewrite.pipelines import apply
 
     result = apply(load_model(path), ["all"], target=target, validate=validate)
     save_model(result.model, out, input_path=path)

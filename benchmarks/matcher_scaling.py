@@ -8,7 +8,7 @@ benchmark times, best of ``--repeat`` runs:
 * ``find``        the matcher alone (every sweep's search, all registered patterns);
 * ``pass``        the whole rewrite pass (find + replace + cleanup/toposort) -- canonicalize excluded;
 * ``canon+pass``  canonicalize + pass -- canonicalize included;
-* ``apply``       ``gsrewrite.engine.apply(model, ["all"], validate=False)`` end to end, model in, model out;
+* ``apply``       ``gsrewrite.pipelines.apply(model, ["all"], validate=False)`` end to end, model in, model out;
 * ``apply, gc off`` the same with Python's cyclic garbage collector disabled (its share grows with the heap);
 
 and checks that exactly the planted LayerNorms and GELUs were fused. The target (issue 3): time(100k)/time(10k)
@@ -74,7 +74,7 @@ def _timed_pass_class():
 
 def _stages(model, registry) -> tuple[dict[str, float], collections.Counter]:  # type: ignore[no-untyped-def]
     from gsrewrite.engine.canonicalize import canonicalize
-    from gsrewrite.graph.core import to_graph
+    from gsrewrite.graph.conversion import to_graph
 
     patterns = registry.select(["all"])
     pass_class = _timed_pass_class()
@@ -106,8 +106,8 @@ def _without_gc(fn):  # type: ignore[no-untyped-def]
 
 def measure(nodes: int, repeat: int) -> SizeResult:
     """Build a graph of ``nodes`` nodes and time every stage on it."""
-    from gsrewrite.engine import apply
     from gsrewrite.patterns import default_registry
+    from gsrewrite.pipelines import apply
 
     synth = _synth.build(nodes)
     result = SizeResult(synth.nodes, synth.layernorms)
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     hot = None
     if args.profile:
-        from gsrewrite.engine import apply
+        from gsrewrite.pipelines import apply
 
         model = _synth.build(args.profile).model
         hot = profile(lambda: apply(model, ["all"], validate=False))

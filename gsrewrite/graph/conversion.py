@@ -108,3 +108,16 @@ def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
 
 def _data_bytes(tensor: onnx.TensorProto) -> int:
     return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
+
+
+def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
+    """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``).
+
+    With ``shapes``, inference runs on a copy without the large weights (they only need their type and
+    shape) and the graph's constants read the original tensors lazily (see
+    :func:`import_graph`): ONNX inference would otherwise serialize and parse
+    the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
+    """
+    if not shapes:
+        return import_onnx(model)
+    return import_graph(model)[0]

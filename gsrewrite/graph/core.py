@@ -1,6 +1,6 @@
 """The bridge between ONNX models and onnx-graphsurgeon graphs, and small graph queries.
 
-``to_graph`` runs ONNX shape inference first (so tensors carry dtypes and shapes the passes rely on), and
+``to_graph`` (in :mod:`gsrewrite.graph.conversion`) runs ONNX shape inference first (so tensors carry dtypes and shapes the passes rely on), and
 ``to_model`` puts the rewritten graph back into a copy of the original model so that everything the graph
 does not hold (metadata, IR version, producer, doc strings, functions, extra opset imports) survives.
 """
@@ -57,21 +57,6 @@ def _is_utf8(value: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:
-    """Import a model into onnx-graphsurgeon (after shape inference when ``shapes``).
-
-    With ``shapes``, inference runs on a copy without the large weights (they only need their type and
-    shape) and the graph's constants read the original tensors lazily (see
-    :func:`gsrewrite.graph.conversion.import_graph`): ONNX inference would otherwise serialize and parse
-    the whole model twice. ``Constant`` nodes become graph constants on the way, as canonicalization does.
-    """
-    if not shapes:
-        return import_onnx(model)
-    from gsrewrite.graph.conversion import import_graph
-
-    return import_graph(model)[0]
 
 
 def to_model(graph: gs.Graph, original: onnx.ModelProto, value_info: Collection[str] | None = None) -> onnx.ModelProto:

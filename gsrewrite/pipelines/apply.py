@@ -26,7 +26,8 @@ from gsrewrite.engine.targets import check_device, check_target, device_reason
 from gsrewrite.engine.tracing import NearMiss
 from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.gc_pause import gc_paused
-from gsrewrite.graph.core import default_opset, to_graph, to_model
+from gsrewrite.graph.conversion import to_graph
+from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry

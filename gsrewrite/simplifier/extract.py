@@ -17,7 +17,8 @@ import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph.core import to_graph, walk_nodes
+from gsrewrite.graph.conversion import to_graph
+from gsrewrite.graph.core import walk_nodes
 from gsrewrite.model_io.graph_walk import iter_graphs
 
 

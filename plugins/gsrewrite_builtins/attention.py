@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.core import constant_values
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, constant_values
 
 
 def attention_inputs(match: Match) -> str | None:

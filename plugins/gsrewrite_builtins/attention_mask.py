@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match
 from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
 from gsrewrite_builtins.sizes import (
     foreign_dims,

@@ -15,8 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gsrewrite.graph.core import constant_values
-from gsrewrite.engine.match import Match
+from gsrewrite.plugin_api import Match, constant_values
 from gsrewrite_builtins.producers import NotProven
 from gsrewrite_builtins.sizes import values_by_length
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match
 from gsrewrite_builtins.attention import query_heads
 
 Dim = int | str | None

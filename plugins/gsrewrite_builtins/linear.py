@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match
 
 
 def flattened_linear(match: Match) -> str | None:

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.match import Match
+from gsrewrite.plugin_api import Match
 
 #: Ops whose outputs are (parts of) their data inputs: finite when those are.
 MOVES = frozenset({"Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Slice",

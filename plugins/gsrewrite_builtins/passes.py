@@ -9,10 +9,10 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from gsrewrite.hookspecs import hookimpl
+from gsrewrite.plugin_api import hookimpl
 
 if TYPE_CHECKING:
-    from gsrewrite.simplifier.registry import PassRegistry
+    from gsrewrite.plugin_api import PassRegistry
 
 #: Pattern passes: (name, description, pattern file in ``patterns/``); they run before dead-code elimination.
 PATTERN_PASSES = [
@@ -30,8 +30,7 @@ def _pattern_functions() -> tuple[dict[str, Any], dict[str, Any]]:
 @hookimpl
 def gsrewrite_register_passes(registry: PassRegistry) -> None:
     # imported here: loading the plugin (every CLI start) must not import the engine
-    from gsrewrite.pipelines.pattern_pass import PatternPass
-    from gsrewrite.simplifier.passes import builtin_passes
+    from gsrewrite.plugin_api import PatternPass, builtin_passes
 
     passes = builtin_passes()
     before = next(i for i, p in enumerate(passes) if p.name == "eliminate-dead-code")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gsrewrite.engine.match import Match
+from gsrewrite.plugin_api import Match
 
 
 def trailing_axes(match: Match) -> str | None:

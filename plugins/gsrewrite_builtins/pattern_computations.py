@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match
 
 
 def first_axis(match: Match) -> int:

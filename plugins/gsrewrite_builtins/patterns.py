@@ -5,10 +5,10 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING
 
-from gsrewrite.hookspecs import hookimpl
+from gsrewrite.plugin_api import hookimpl
 
 if TYPE_CHECKING:
-    from gsrewrite.patterns.registry import PatternRegistry
+    from gsrewrite.plugin_api import PatternRegistry
 
 
 @hookimpl

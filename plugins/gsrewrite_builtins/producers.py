@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.legalize import legalize
+from gsrewrite.plugin_api import legalize
 
 #: Most nodes a side computation may have (exporters use 5-40).
 MAX_NODES = 64

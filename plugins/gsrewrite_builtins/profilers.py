@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from gsrewrite.hookspecs import hookimpl
-from gsrewrite.protocols import OpCost, OpProfiler
+from gsrewrite.plugin_api import OpCost, OpProfiler, hookimpl
 
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.graph.core import constant_values
-from gsrewrite.engine.match import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, constant_values
 from gsrewrite_builtins.producers import NotProven
 from gsrewrite_builtins.sizes import values_by_length
 

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.core import constant_values
+from gsrewrite.plugin_api import constant_values
 from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
 
 logger = logging.getLogger(__name__)

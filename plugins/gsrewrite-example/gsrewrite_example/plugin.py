@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from gsrewrite.hookspecs import hookimpl
-from gsrewrite.protocols import OpCost, TensorType
+from gsrewrite.plugin_api import OpCost, TensorType, hookimpl
 from gsrewrite_example import DOMAIN, OP_TYPE
 
 if TYPE_CHECKING:

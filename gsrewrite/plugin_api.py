@@ -1,0 +1,49 @@
+"""The public surface for plugin authors: everything a plugin (built-in or third-party) imports from gsrewrite.
+
+Plugins import from here, not from engine/graph/pipelines modules, whose layout may change::
+
+    from gsrewrite.plugin_api import CheckFailed, Match, hookimpl, reads
+
+Names are resolved on first use, so that importing a plugin (every CLI start) stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+#: public name -> module holding it
+_WHERE: dict[str, str] = {
+    "hookimpl": "gsrewrite.hookspecs",
+    "CheckFailed": "gsrewrite.engine.match",
+    "Match": "gsrewrite.engine.match",
+    "legalize": "gsrewrite.engine.legalize",
+    "constant_values": "gsrewrite.graph.core",
+    "PatternRegistry": "gsrewrite.patterns.registry",
+    "PassRegistry": "gsrewrite.simplifier.registry",
+    "PatternPass": "gsrewrite.pipelines.pattern_pass",
+    "builtin_passes": "gsrewrite.simplifier.passes",
+    "GsrewriteError": "gsrewrite.errors",
+    "PatternError": "gsrewrite.errors",
+    "UsageError": "gsrewrite.errors",
+    **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
+                     "Tolerance"), "gsrewrite.protocols"),
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gsrewrite.plugin_api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
