@@ -15,6 +15,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from gsrewrite.reporting import is_number, plain_table, size_text
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 
 
@@ -72,34 +74,15 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     ~100x cheaper to render: rich took ~7 ms per 20-row table); numeric-looking columns are right-aligned."""
     rows = list(rows)
     if not sys.stdout.isatty():
-        return _plain_table(title, columns, rows)
+        return Text(plain_table(title, columns, rows))
     t = Table(title=title, show_lines=False, title_justify="left")
     rows = [list(map(_cell, r)) for r in rows]
     for i, col in enumerate(columns):
-        numeric = bool(rows) and all(_is_number(r[i]) for r in rows if i < len(r) and r[i] != "")
+        numeric = bool(rows) and all(is_number(r[i]) for r in rows if i < len(r) and r[i] != "")
         t.add_column(col, justify="right" if numeric else "left")
     for r in rows:
         t.add_row(*r)
     return t
-
-
-def _plain_table(title: str | None, columns: Sequence[str], rows: list[Sequence[Any]]) -> Text:
-    cells = [[_plain(v) for v in r] + [""] * (len(columns) - len(r)) for r in rows]
-    numeric = [bool(cells) and all(_is_number(r[i]) for r in cells if r[i] != "") for i in range(len(columns))]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
-
-    lines = ([title] if title else []) + [line(columns), line(["-" * w for w in widths])]
-    return Text("\n".join(lines + [line(r) for r in cells]))
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.3g}" if value == value else "nan"
-    return "" if value is None else str(value)
 
 
 def _cell(value: Any) -> str:
@@ -109,17 +92,6 @@ def _cell(value: Any) -> str:
     return "" if value is None else escape(str(value))
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text.replace(",", ""))
-    except ValueError:
-        return False
-    return True
-
-
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+    """Bytes in binary units, labelled as such (KiB, MiB, GiB)."""
+    return size_text(n)

@@ -1,4 +1,8 @@
-"""Human-readable reports of a rewrite: the before/after table, pattern counts, explanations."""
+"""The report of every rewriting command (apply, optimize, simplify): one format, rendered for people or JSON.
+
+The blocks come from the library (:mod:`gsrewrite.reporting`, what ``result.report()`` prints as plain text);
+here they are rendered with rich on a terminal. ``-q`` prints only the "Wrote" line.
+"""
 
 from __future__ import annotations
 
@@ -6,31 +10,34 @@ from typing import Any
 
 from rich.console import Console
 
-from gsrewrite.cli._output import human_bytes, table
+from gsrewrite.cli._output import console, emit_json, table
+from gsrewrite.reporting import Report, Table, size_text
 
 
-def print_summary(out: Console, result: Any, size_before: int, size_after: int) -> None:
-    """Op-type table (changed rows), matches per pattern, sizes and the validation verdict."""
-    rows = []
-    for op in sorted(set(result.before) | set(result.after)):
-        before, after = result.before.get(op, 0), result.after.get(op, 0)
-        if before != after:
-            rows.append((op, before, after, f"{after - before:+d}"))
-    total_before, total_after = sum(result.before.values()), sum(result.after.values())
-    rows.append(("total nodes", total_before, total_after, f"{total_after - total_before:+d}"))
-    out.print(table("Nodes by op type (changed)", ("op", "before", "after", "change"), rows))
-    if result.counts:
-        out.print(table("Rewrites per pattern", ("pattern", "matches"), sorted(result.counts.items())))
-    else:
-        out.print("No pattern matched: the model is unchanged.")
-    out.print(f"Size: {human_bytes(size_before)} -> {human_bytes(size_after)}")
-    for name, why in result.dropped.items():
-        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites fail validation ({why})")
-    for name, why in result.skipped.items():
-        out.print(f"Skipped {name}: {why}")
-    if result.validation is not None:
-        verdict = "[green]OK[/green]" if result.validation.ok else "[red]FAILED[/red]"
-        out.print(f"Validation: {verdict} {result.validation.summary().removeprefix('OK: ').removeprefix('FAILED: ')}")
+def show(report: Report, wrote: str | None, size: int | None, verbosity: int) -> None:
+    """Print ``report`` (unless quiet) and the one line saying where the output went."""
+    out = console()
+    if verbosity >= 0:
+        render(out, report)
+    if wrote is not None:
+        out.print(f"Wrote {wrote} ({size_text(size or 0)})", markup=False, highlight=False, soft_wrap=True)
+
+
+def render(out: Console, report: Report) -> None:
+    for block in report.blocks:
+        if isinstance(block, Table):
+            out.print(table(block.title, block.columns, block.rows))
+        elif block.startswith("Dropped") or (block.startswith("Validation:") and
+                                             not block.startswith("Validation: OK")):
+            style = "yellow" if block.startswith("Dropped") else "red"
+            out.print(block, style=style, markup=False, highlight=False, soft_wrap=True)
+        else:
+            out.print(block, markup=False, highlight=False, soft_wrap=True)
+
+
+def emit(data: dict[str, Any], wrote: str | None, size_before: int | None, size_after: int | None) -> None:
+    """The JSON report, with the output path and sizes."""
+    emit_json(data | {"output": wrote, "size_before": size_before, "size_after": size_after})
 
 
 def print_explain(out: Console, result: Any) -> None:

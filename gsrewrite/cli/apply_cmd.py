@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option, working
-from gsrewrite.cli._rewrite_report import print_explain, print_summary
+from gsrewrite.cli._jobs import Job, io_options, run_jobs
+from gsrewrite.cli._output import console, json_option, working
+from gsrewrite.cli._rewrite_report import emit, print_explain, show
 from gsrewrite.cli._validation_options import validation_options
 from gsrewrite.model_io import serialized_size, stored_size
 
@@ -35,8 +36,7 @@ def pattern_options(func: Any) -> Any:
 
 
 @click.command()
-@click.argument("model")
-@click.option("-o", "--output", required=True, help="Where to write the result.")
+@io_options
 @pattern_options
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
@@ -44,19 +44,28 @@ def pattern_options(func: Any) -> Any:
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 @validation_options
 @json_option
-def apply(model: str, output: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None,
-          target: str, device: str, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
-          as_json: bool) -> None:
-    """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT."""
-    from gsrewrite.cli._background_save import StagedSave
-    from gsrewrite.model_io import check_output_path
+def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_files: tuple[str, ...],
+          opset: int | None, target: str, device: str, validate: bool, explain: bool, in_place: bool,
+          validation: dict[str, Any], as_json: bool, **io: Any) -> None:
+    """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT.
 
-    check_output_path(output, input_path=model, in_place=in_place)
-    with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
-        result, size_before = _run(model, patterns, pattern_files, opset, target, device, validate, explain,
-                                   validation, staged.begin)
-        size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
-    report(result, size_before, explain, as_json, size_after)
+    gsrewrite apply --pattern mha in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx).
+    """
+    settings = (patterns, pattern_files, opset, target, device, validate, explain, validation)
+
+    def one(job: Job) -> None:
+        from gsrewrite.cli._background_save import StagedSave
+        from gsrewrite.model_io import check_output_path
+
+        external = io["external_data"] or None
+        check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+        with StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
+                        size_threshold=io["size_threshold"]) as staged:  # written while validation runs
+            result, size_before = _run(job.model, *settings, staged.begin)
+            size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
+        report(result, size_before, explain, as_json, size_after, wrote=job.output, verbosity=io["verbosity"])
+
+    run_jobs(jobs_, workers, one)
 
 
 @click.command()
@@ -85,17 +94,16 @@ def _run(model: str, patterns: tuple[str, ...], files: tuple[str, ...], opset: i
     return result, stored_size(model, original)
 
 
-def report(result: Any, size_before: int, explain: bool, as_json: bool, size_after: int | None = None) -> None:
-    """The before/after table (and explanations), or the JSON report. ``size_after``: the bytes written
-    (default: the serialized size of the result)."""
+def report(result: Any, size_before: int, explain: bool, as_json: bool, size_after: int | None = None,
+           wrote: str | None = None, verbosity: int = 0) -> None:
+    """The report (and explanations), or the JSON report. ``size_after``: the bytes written (default: the
+    serialized size of the result); ``wrote``: the output path, when one was written."""
     if size_after is None:
         size_after = serialized_size(result.model)
     if as_json:
-        data = result.to_dict()
-        data["size_before"], data["size_after"] = size_before, size_after
-        emit_json(data)
+        emit(result.to_dict(), wrote, size_before, size_after)
         return
-    out = console()
-    print_summary(out, result, size_before, size_after)
-    if explain:
-        print_explain(out, result)
+    show(result.report_blocks(verbose=verbosity > 0, size_before=size_before, size_after=size_after), wrote,
+         size_after, verbosity)
+    if explain and verbosity >= 0:
+        print_explain(console(), result)

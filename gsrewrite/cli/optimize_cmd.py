@@ -6,14 +6,15 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import working
+from gsrewrite.cli._jobs import Job, io_options, run_jobs
+from gsrewrite.cli._output import console, working
+from gsrewrite.cli._rewrite_report import emit, print_explain, show
 from gsrewrite.cli._validation_options import validation_options
-from gsrewrite.cli.apply_cmd import device_option, report
+from gsrewrite.cli.apply_cmd import device_option
 
 
 @click.command()
-@click.argument("model")
-@click.option("-o", "--output", required=True, help="Where to write the optimized model.")
+@io_options
 @click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
               help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
 @device_option
@@ -27,22 +28,40 @@ from gsrewrite.cli.apply_cmd import device_option, report
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 @validation_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-def optimize(model: str, output: str, target: str, device: str, patterns: tuple[str, ...], opset: int | None,
-             no_simplify: bool, validate: bool, explain: bool, in_place: bool, validation: dict[str, Any],
-             as_json: bool) -> None:
-    """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT."""
+def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
+             opset: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
+             validation: dict[str, Any], as_json: bool, **io: Any) -> None:
+    """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
+
+    gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
+    """
+    settings = {"target": target, "device": device, "patterns": list(patterns) or ["all"], "opset": opset,
+                "simplify": not no_simplify, "validation": validation if validate else None, "explain": explain}
+
+    def one(job: Job) -> None:
+        _optimize_one(job, settings, in_place, as_json, io)
+
+    run_jobs(jobs_, workers, one)
+
+
+def _optimize_one(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
     from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.model_io import check_output_path, load_model, stored_size
     from gsrewrite.pipelines.optimize import optimize_model
 
-    check_output_path(output, input_path=model, in_place=in_place)
-    original = load_model(model)
-    with StagedSave(output, input_path=model, in_place=in_place) as staged:  # written while validation runs
-        with working("optimizing..."):
-            result = optimize_model(original, target=target, device=device, patterns=list(patterns) or ["all"],
-                                    opset=opset, simplify=not no_simplify,
-                                    validation=validation if validate else None, explain=explain,
-                                    source_path=model, on_serialized=staged.begin)
+    external = io["external_data"] or None
+    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+    original = load_model(job.model)
+    with StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
+                    size_threshold=io["size_threshold"]) as staged:  # written while validation runs
+        with working(f"optimizing {job.model}..."):
+            result = optimize_model(original, source_path=job.model, on_serialized=staged.begin, **settings)
         size_after, size_before = staged.finish(result.model, result.serialized,
-                                                lambda: stored_size(model, original))
-    report(result, size_before, explain, as_json, size_after)
+                                                lambda: stored_size(job.model, original))
+    if as_json:
+        emit(result.to_dict(), job.output, size_before, size_after)
+        return
+    show(result.report_blocks(verbose=io["verbosity"] > 0, size_before=size_before, size_after=size_after),
+         job.output, size_after, io["verbosity"])
+    if settings["explain"] and io["verbosity"] >= 0:
+        print_explain(console(), result)

@@ -7,15 +7,17 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table, working
+from gsrewrite.cli._jobs import Job, io_options, run_jobs
+from gsrewrite.cli._output import console, json_option, working
+from gsrewrite.cli._rewrite_report import emit, show
 from gsrewrite.cli._validation_options import validation_options
+from gsrewrite.reporting import rewrite_report
 
 _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, without importing the engine
 
 
 @click.command()
-@click.argument("model")
-@click.option("-o", "--output", required=True, help="Where to write the simplified model.")
+@io_options
 @click.option("--only", multiple=True, metavar="NAME",
               help="Run only this pass (repeatable; see 'gsrewrite passes list').")
 @click.option("--skip", multiple=True, metavar="NAME", help="Do not run this pass (repeatable).")
@@ -23,9 +25,6 @@ _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, wit
               help="Largest tensor constant folding may create.")
 @click.option("--downcast", is_flag=True, help="Also store float64/int64 constants as float32/int32 where allowed.")
 @click.option("--keep-metadata", is_flag=True, help="Keep the exporter's debug metadata on nodes and inputs/outputs.")
-@click.option("--external-data", is_flag=True, help="Write large tensors to OUTPUT.data (standard ONNX external data).")
-@click.option("--size-threshold", type=click.IntRange(min=0), default=1024, show_default=True,
-              help="With --external-data: smallest tensor (bytes) moved out.")
 @click.option("--extract-constant", "constants", multiple=True, metavar="NAME",
               help="Also write this constant of the result to OUTPUT_STEM.NAME.npy (repeatable).")
 @click.option("--extract-op", "ops", multiple=True, metavar="NAME",
@@ -35,39 +34,49 @@ _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, wit
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 @validation_options
 @json_option
-def simplify(model: str, output: str, only: tuple[str, ...], skip: tuple[str, ...], max_fold_bytes: int,
-             downcast: bool, keep_metadata: bool, external_data: bool, size_threshold: int,
-             constants: tuple[str, ...], ops: tuple[str, ...], validate: bool, in_place: bool,
-             validation: dict[str, Any], as_json: bool) -> None:
+def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[str, ...], max_fold_bytes: int,
+             downcast: bool, keep_metadata: bool, constants: tuple[str, ...], ops: tuple[str, ...], validate: bool,
+             in_place: bool, validation: dict[str, Any], as_json: bool, **io: Any) -> None:
     """Simplify MODEL (folding, elimination, shape folding, deduplication) and write it to OUTPUT.
 
-    --input-shape NAME:1x128 (or DIM=1) also fixes those dims in the result, so that more folds.
+    gsrewrite simplify in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx). --input-shape NAME:1x128
+    (or DIM=1) also fixes those dims in the result, so that more folds.
     """
+    settings = {"only": list(only) or None, "skip": list(skip), "max_fold_bytes": max_fold_bytes,
+                "input_shapes": validation.get("input_shapes"), "downcast": downcast,
+                "validation": validation if validate else None, "keep_metadata": keep_metadata}
+
+    def one(job: Job) -> None:
+        _simplify_one(job, settings, (constants, ops), in_place, as_json, io)
+
+    run_jobs(jobs_, workers, one)
+
+
+def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, ...], tuple[str, ...]],
+                  in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
     from gsrewrite.cli._background_save import StagedSave
     from gsrewrite.model_io import check_output_path, stored_size
     from gsrewrite.pipelines.simplify import simplify_model
 
     # before any work: never over the input model (unless --in-place) or a file it reads, nor its data file
     # over a file that is not the output's own
-    check_output_path(output, input_path=model, in_place=in_place, external_data=external_data or None)
+    external = io["external_data"] or None
+    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
     # the output is written while validation runs (and put in place only if it passed)
-    with StagedSave(output, input_path=model, in_place=in_place, external_data=external_data or None,
-                    size_threshold=size_threshold) as staged:
-        with working("simplifying..."):
-            result = simplify_model(model, only=list(only) or None, skip=list(skip), max_fold_bytes=max_fold_bytes,
-                                    input_shapes=validation.get("input_shapes"), downcast=downcast,
-                                    validation=validation if validate else None, keep_metadata=keep_metadata,
-                                    on_serialized=staged.begin)
-        extracted = _extractions(result.model, constants, ops, output, model)
+    with StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
+                    size_threshold=io["size_threshold"]) as staged:
+        with working(f"simplifying {job.model}..."):
+            result = simplify_model(job.model, on_serialized=staged.begin, **settings)
+        extracted = _extractions(result.model, *extract, job.output, job.model)
 
         def original_stats() -> None:  # the table's "before" column, computed while the output is written
-            result.note_size(result.original, stored_size(model, result.original))
+            result.note_size(result.original, stored_size(job.model, result.original))
             result.before  # noqa: B018 - computed (and cached) now
 
         size, _ = staged.finish(result.model, result.serialized, original_stats)
     result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
-    written = [_write(path, payload, model) for path, payload in extracted]
-    _report(result, written, as_json)
+    written = [_write(path, payload, job.model) for path, payload in extracted]
+    _report(result, job.output, size, written, as_json, io["verbosity"])
 
 
 def _extractions(model: Any, constants: tuple[str, ...], ops: tuple[str, ...], output: str,
@@ -105,39 +114,18 @@ def _write(path: Path, payload: Any, input_path: str) -> str:
     return str(path)
 
 
-def _report(result: Any, written: list[str], as_json: bool) -> None:
+def _report(result: Any, output: str, size: int, written: list[str], as_json: bool, verbosity: int) -> None:
     if as_json:
-        emit_json(result.to_dict() | {"extracted": written})
+        emit(result.to_dict() | {"extracted": written}, output, result.before.size, size)
         return
-    out = console()
-    out.print(table("Before / after (changed ops)", ("", "before", "after", "change"), _rows(result)))
-    if result.counts:
-        counts = sorted(result.counts.items())
-        out.print(table(f"Changes per pass ({result.rounds} rounds)", ("pass", "changes"), counts))
-    else:
-        out.print("Nothing to simplify: the graph is unchanged.")
-    for name, why in result.dropped.items():
-        out.print(f"[yellow]Dropped {name}[/yellow]: its rewrites fail validation ({why})")
+    report = rewrite_report(result.before, result.after, {f"Changes per pass ({result.rounds} rounds)": result.counts},
+                            dropped=result.dropped, validation=result.validation, verbose=verbosity > 0)
     if result.skipped_folds:
         first, why = next(iter(result.skipped_folds.items()))
         others = len(result.skipped_folds) - 1
         more = f" (and {others} more; --json lists them)" if others else ""
-        out.print(f"Not folded: {first}: {why}{more}", soft_wrap=True)
-    if result.validation is not None:
-        verdict = "[green]OK[/green]" if result.validation.ok else "[red]FAILED (original kept)[/red]"
-        summary = result.validation.summary().removeprefix("OK: ").removeprefix("FAILED: ")
-        out.print(f"Validation: {verdict} {summary}", soft_wrap=True)
-    for path in written:
-        out.print(f"Wrote {path}", soft_wrap=True)
-
-
-def _rows(result: Any) -> list[tuple[str, Any, Any, str]]:
-    """Changed op counts, then total nodes, size and parameters."""
-    before, after = result.before, result.after
-    rows = [(op, before.ops.get(op, 0), after.ops.get(op, 0), f"{after.ops.get(op, 0) - before.ops.get(op, 0):+d}")
-            for op in sorted(set(before.ops) | set(after.ops)) if before.ops.get(op, 0) != after.ops.get(op, 0)]
-    totals = [("nodes (all graphs)", before.nodes_total, after.nodes_total),
-              ("parameters", before.parameters, after.parameters)]
-    rows += [(label, f"{b:,}", f"{a:,}", f"{a - b:+,d}") for label, b, a in totals]
-    rows.append(("size", human_bytes(before.size), human_bytes(after.size), f"{after.size - before.size:+,d} B"))
-    return rows
+        report.blocks.append(f"Not folded: {first}: {why}{more}")
+    show(report, output, size, verbosity)
+    if verbosity >= 0:
+        for path in written:
+            console().print(f"Wrote {path}", markup=False, highlight=False, soft_wrap=True)

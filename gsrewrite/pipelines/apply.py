@@ -33,6 +33,8 @@ from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
+from gsrewrite.reporting import Report, rewrite_report
+from gsrewrite.simplifier.result import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,24 @@ class RewriteResult:
     seconds: float = 0.0
     #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
     serialized: bytes | None = field(default=None, repr=False)
+    #: changes per cleanup pass made before the patterns (``optimize``)
+    passes: dict[str, int] = field(default_factory=dict)
+    #: the model the result is compared with (what the report's "before" column describes)
+    original: onnx.ModelProto | None = field(default=None, repr=False)
+
+    def report(self, verbose: bool = False) -> str:
+        """A readable report: changed ops, nodes, parameters and size before/after, changes per pass and
+        pattern, what was dropped or skipped, the validation verdict."""
+        return self.report_blocks(verbose=verbose).text()
+
+    def report_blocks(self, *, verbose: bool = False, size_before: int | None = None,
+                      size_after: int | None = None) -> Report:
+        """:meth:`report` as blocks (the CLI renders them); sizes in bytes when known (files read/written)."""
+        before = ModelStats.of(self.original if self.original is not None else self.model, size_before)
+        after = ModelStats.of(self.model, size_after)
+        changes = {"Changes per cleanup pass": self.passes, "Rewrites per pattern": self.counts}
+        return rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped,
+                              validation=self.validation, verbose=verbose)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +94,7 @@ class RewriteResult:
             "ops_before": dict(self.before),
             "ops_after": dict(self.after),
             "patterns": list(self.patterns),
+            "passes": dict(self.passes),
             "seconds": round(self.seconds, 4),
         }
 
@@ -146,6 +167,7 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
 
         warn_unvalidated(reference or original)
     result.after = op_histogram(result.model)
+    result.original = reference or original
     result.seconds = time.perf_counter() - start
     return result
 

@@ -65,25 +65,29 @@ def optimize_model(original: onnx.ModelProto, *, validation: dict[str, Any] | No
     if reference_run is not None and simplify and likely_to_change(original):
         reference_run.start()  # at once: overlaps all of the cleanup
     try:
-        working = _simplified(original, simplify_options or {},
-                              reference_run.start if reference_run is not None else None) if simplify else original
-        return rewrite_model(working, patterns, target=target, device=device, validation=validation,
-                             explain=explain, opset=opset, registry=registry,
-                             reference=original if working is not original else None, source_path=source_path,
-                             eager_validation=working is not original,
-                             pending=reference_run if reference_run is not None and reference_run.started else None,
-                             on_serialized=on_serialized)
+        working, passes = (_simplified(original, simplify_options or {},
+                                       reference_run.start if reference_run is not None else None)
+                           if simplify else (original, {}))
+        result = rewrite_model(working, patterns, target=target, device=device, validation=validation,
+                               explain=explain, opset=opset, registry=registry,
+                               reference=original if working is not original else None, source_path=source_path,
+                               eager_validation=working is not original,
+                               pending=reference_run if reference_run is not None and reference_run.started
+                               else None, on_serialized=on_serialized)
     except BaseException:  # the reference run must not outlive a failed call either
         if reference_run is not None:
             reference_run.join()
         raise
+    if result.model is not original:  # the cleanup's changes are in the result (none when it fell back)
+        result.passes = passes
+    return result
 
 
 def _simplified(model: onnx.ModelProto, options: dict[str, Any],
-                on_change: Callable[[], None] | None = None) -> onnx.ModelProto:
-    """The simplified model, or ``model`` itself when no pass changed anything."""
+                on_change: Callable[[], None] | None = None) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """The simplified model (``model`` itself when no pass changed anything) and the changes per pass."""
     from gsrewrite.validation.runner import unvalidated_inner_step
 
     with unvalidated_inner_step():  # optimize validates (or warns) at its end
         result = simplify_model(model, validation=None, on_change=on_change, **options)
-    return result.model if result.changed else model
+    return (result.model, dict(result.counts)) if result.changed else (model, {})

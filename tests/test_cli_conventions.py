@@ -1,0 +1,118 @@
+"""The paths and verbosity conventions of the rewriting commands, through the installed console script.
+
+``gsrewrite optimize|apply|simplify IN [OUT]``, ``-o OUT``, no output (``IN_STEM.opt.onnx``, never over an
+existing file without ``--force``), several models with ``-o FOLDER`` and ``-j``, one "Wrote" line, ``-q``/``-v``
+after the subcommand, one report format, binary units.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import helper
+
+GSREWRITE = Path(sys.executable).parent / "gsrewrite"
+
+
+def _model(path: Path, with_noop: bool = True) -> Path:
+    """y = Relu(Identity(x)) (Identity is removed by the cleanup), or y = Relu(x)."""
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])] if with_noop \
+        else [helper.make_node("Relu", ["x"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(GSREWRITE), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["optimize", "apply", "simplify"])
+def test_positional_output_and_one_wrote_line(tmp_path: Path, command: str) -> None:
+    _model(tmp_path / "m.onnx")
+    done = _run(command, "m.onnx", "out.onnx", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert onnx.load(tmp_path / "out.onnx").graph.output[0].name == "y"
+    wrote = [line for line in done.stdout.splitlines() if line.startswith("Wrote")]
+    assert wrote == [f"Wrote out.onnx ({(tmp_path / 'out.onnx').stat().st_size} B)"]
+
+
+def test_no_output_goes_beside_the_input_and_is_never_overwritten_without_force(tmp_path: Path) -> None:
+    _model(tmp_path / "m.onnx")
+    first = _run("optimize", "m.onnx", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    default = tmp_path / "m.opt.onnx"
+    assert "Identity" not in {n.op_type for n in onnx.load(default).graph.node}
+    default.write_bytes(b"mine")
+    again = _run("optimize", "m.onnx", cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+    assert default.read_bytes() == b"mine"
+    forced = _run("optimize", "m.onnx", "--force", cwd=tmp_path)
+    assert forced.returncode == 0 and onnx.load(default).graph.node
+
+
+def test_a_second_existing_model_is_not_taken_as_the_output(tmp_path: Path) -> None:
+    _model(tmp_path / "a.onnx")
+    before = _model(tmp_path / "b.onnx", with_noop=False).read_bytes()
+    done = _run("simplify", "a.onnx", "b.onnx", cwd=tmp_path)
+    assert done.returncode == 2 and "-o FOLDER" in done.stderr
+    assert (tmp_path / "b.onnx").read_bytes() == before
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_several_models_into_a_folder(tmp_path: Path, jobs: str) -> None:
+    for name in ("a", "b", "c"):
+        _model(tmp_path / f"{name}.onnx")
+    (tmp_path / "out").mkdir()
+    done = _run("optimize", "a.onnx", "b.onnx", "c.onnx", "-o", "out", "-j", jobs, "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.onnx", "b.onnx", "c.onnx"]
+    assert [line.split()[1] for line in done.stdout.splitlines()] == [f"out/{n}.onnx" for n in "abc"]
+
+
+def test_several_models_need_a_folder(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        _model(tmp_path / f"{name}.onnx")
+    done = _run("optimize", "a.onnx", "b.onnx", "c.onnx", cwd=tmp_path)
+    assert done.returncode == 2 and "-o FOLDER" in done.stderr
+    assert not list(tmp_path.glob("*.opt.onnx"))
+
+
+def test_quiet_after_the_subcommand_prints_only_the_wrote_line(tmp_path: Path) -> None:
+    _model(tmp_path / "m.onnx")
+    done = _run("simplify", "m.onnx", "-o", "s.onnx", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"Wrote s.onnx ({(tmp_path / 's.onnx').stat().st_size} B)"]
+
+
+def test_one_report_format_for_every_rewriting_command(tmp_path: Path) -> None:
+    _model(tmp_path / "m.onnx")
+    titles = {}
+    for command in ("optimize", "simplify"):
+        out = _run(command, "m.onnx", "-o", f"{command}.onnx", cwd=tmp_path).stdout
+        titles[command] = [line for line in out.splitlines() if line.startswith(("Before / after", "size"))]
+    assert titles["optimize"][0] == titles["simplify"][0] == "Before / after (changed ops)"
+    assert all("B" in line for line in titles["optimize"][1:])
+
+
+def test_optimize_reports_cleanup_changes_and_json_names_the_output(tmp_path: Path) -> None:
+    _model(tmp_path / "m.onnx")
+    done = _run("optimize", "m.onnx", "o.onnx", "--json", cwd=tmp_path)
+    data = json.loads(done.stdout)
+    assert data["changed"] and data["passes"] and data["output"] == "o.onnx"
+    text = _run("optimize", "m.onnx", "p.onnx", cwd=tmp_path).stdout
+    assert "Nothing changed" not in text and "eliminate-noops" in text
+
+
+def test_library_results_have_a_readable_report(tmp_path: Path) -> None:
+    import gsrewrite
+
+    result = gsrewrite.optimize(str(_model(tmp_path / "m.onnx")))
+    text = result.report()
+    assert "Before / after" in text and "Identity" in text and "Validation: OK" in text
