@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-
 #: skips named in the one-line summary up to this many (more: a count, -v lists them)
 _NAMED_SKIPS = 4
 

@@ -1,8 +1,9 @@
 """The bridge between ONNX models and onnx-graphsurgeon graphs, and small graph queries.
 
-``to_graph`` (in :mod:`gsrewrite.graph.conversion`) runs ONNX shape inference first (so tensors carry dtypes and shapes the passes rely on), and
-``to_model`` puts the rewritten graph back into a copy of the original model so that everything the graph
-does not hold (metadata, IR version, producer, doc strings, functions, extra opset imports) survives.
+``to_graph`` (in :mod:`gsrewrite.graph.conversion`) runs ONNX shape inference first (so tensors carry dtypes
+and shapes the passes rely on), and ``to_model`` puts the rewritten graph back into a copy of the original model
+so that everything the graph does not hold (metadata, IR version, producer, doc strings, functions, extra opset
+imports) survives.
 """
 
 from __future__ import annotations
