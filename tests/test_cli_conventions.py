@@ -116,3 +116,34 @@ def test_library_results_have_a_readable_report(tmp_path: Path) -> None:
     result = gsrewrite.optimize(str(_model(tmp_path / "m.onnx")))
     text = result.report()
     assert "Before / after" in text and "Identity" in text and "Validation: OK" in text
+
+
+TWO_PATTERNS = '''
+family = "mine"
+
+[[pattern]]
+name = "neg-neg"
+description = "Neg(Neg(x)) -> x"
+match = "g (x) => (y) { n = Neg (x)  y = Neg (n) }"
+replace = "g (x) => (y) { y = Identity (x) }"
+
+[[pattern]]
+name = "relu-relu"
+description = "Relu(Relu(x)) -> Relu(x)"
+match = "g (x) => (y) { r = Relu (x)  y = Relu (r) }"
+replace = "g (x) => (y) { y = Relu (x) }"
+'''
+
+
+def test_pattern_file_patterns_are_selectable_by_name(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(TWO_PATTERNS)
+    model = onnx.parser.parse_model('<ir_version: 8, opset_import: ["" : 17]> g (float[4, 8] x) => '
+                                    '(float[4, 8] y, float[4, 8] z) { n = Neg (x)  y = Neg (n)  r = Relu (x)  '
+                                    'z = Relu (r) }')
+    onnx.save(model, tmp_path / "m.onnx")
+    done = _run("apply", "m.onnx", "o.onnx", "--pattern-file", "p.toml", "--pattern", "relu-relu", "--json",
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["counts"] == {"relu-relu": 1}
+    both = _run("apply", "m.onnx", "o2.onnx", "--pattern-file", "p.toml", "--json", cwd=tmp_path)
+    assert json.loads(both.stdout)["counts"] == {"neg-neg": 1, "relu-relu": 1}

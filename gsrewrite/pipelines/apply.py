@@ -178,9 +178,9 @@ def _select(registry: PatternRegistry | None, names: Sequence[str],
     from gsrewrite.patterns import default_registry
 
     reg = registry if registry is not None else default_registry()
-    selected = reg.select(names) if names else []
-    for path in files:
-        selected.extend(reg.add_file(Path(path), provider=f"--pattern-file {path}"))
+    from_files = [p for path in files for p in reg.add_file(Path(path), provider=f"--pattern-file {path}")]
+    # names select among every registered pattern, the files' too; without names, the files' patterns run
+    selected = reg.select(names) if names else from_files
     if not selected:
         raise UsageError("no patterns selected (use --pattern NAME or --pattern-file FILE)")
     reg.verify(selected)
