@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 PATTERN_PASSES = [
     ("fuse-conv-bn", "Fold an inference BatchNormalization into the preceding Conv's weight and bias.",
      "conv-bn.toml"),
+    ("fuse-matmul-add", "MatMul of a 2-D input by a constant 2-D weight, plus a constant bias: one Gemm.",
+     "matmul-add.toml"),
 ]
 
 

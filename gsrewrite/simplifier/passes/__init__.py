@@ -8,12 +8,16 @@ tensor for CSE to see equal nodes), shape folding once duplicated shape chains a
 from __future__ import annotations
 
 from gsrewrite.simplifier.passes.base import SimplifyPass
+from gsrewrite.simplifier.passes.conv_affine import FoldConvAffine
 from gsrewrite.simplifier.passes.cse import EliminateCommonSubexpressions
 from gsrewrite.simplifier.passes.dead_code import EliminateDeadCode
 from gsrewrite.simplifier.passes.dedup_constants import DeduplicateConstants
 from gsrewrite.simplifier.passes.downcast import Downcast
 from gsrewrite.simplifier.passes.fold_constants import FoldConstants
+from gsrewrite.simplifier.passes.fold_pad import FoldPad
 from gsrewrite.simplifier.passes.fold_shapes import FoldShapes
+from gsrewrite.simplifier.passes.inline_if import InlineConstantIf
+from gsrewrite.simplifier.passes.merge_arith import MergeConstantArith
 from gsrewrite.simplifier.passes.merge_casts import MergeCasts
 from gsrewrite.simplifier.passes.merge_reshapes import MergeReshapes
 from gsrewrite.simplifier.passes.merge_squeezes import MergeSqueezes
@@ -30,6 +34,7 @@ def builtin_passes() -> list[SimplifyPass]:
     return [
         EliminateNoops(),
         FoldConstants(),
+        InlineConstantIf(),
         DeduplicateConstants(),
         EliminateCommonSubexpressions(),
         FoldShapes(),
@@ -38,6 +43,9 @@ def builtin_passes() -> list[SimplifyPass]:
         MergeReshapes(),
         MergeSqueezes(),
         MergeCasts(),
+        FoldPad(),
+        FoldConvAffine(),
+        MergeConstantArith(),
         EliminateDeadCode(),
         Downcast(),
     ]
