@@ -147,3 +147,38 @@ def test_pattern_file_patterns_are_selectable_by_name(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["counts"] == {"relu-relu": 1}
     both = _run("apply", "m.onnx", "o2.onnx", "--pattern-file", "p.toml", "--json", cwd=tmp_path)
     assert json.loads(both.stdout)["counts"] == {"neg-neg": 1, "relu-relu": 1}
+
+
+def _rate_model(path: Path) -> Path:
+    """If (sr == 16000) then x * 2 else Reshape(x, [sr, 5]): only a real sample rate runs."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 16])
+    sr = helper.make_tensor_value_info("sr", onnx.TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Unsqueeze", ["sr", "zero"], ["u"]),
+                                helper.make_node("Concat", ["u", "five"], ["shape"], axis=0),
+                                helper.make_node("Reshape", ["x", "shape"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Identity", ["sr"], ["sr2"]), helper.make_node("Equal", ["sr2", "ref"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    inits = [helper.make_tensor("ref", onnx.TensorProto.INT64, [], [16000]),
+             helper.make_tensor("two", onnx.TensorProto.FLOAT, [], [2.0]),
+             helper.make_tensor("zero", onnx.TensorProto.INT64, [1], [0]),
+             helper.make_tensor("five", onnx.TensorProto.INT64, [1], [5])]
+    graph = helper.make_graph(nodes, "g", [x, sr], [y], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_random_value_deciding_control_flow_is_named_with_the_fix(tmp_path: Path) -> None:
+    import numpy as np
+
+    _rate_model(tmp_path / "vad.onnx")
+    done = _run("simplify", "vad.onnx", "v.onnx", cwd=tmp_path)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+    assert "'sr'" in done.stderr and "--inputs" in done.stderr
+    assert not (tmp_path / "v.onnx").exists()
+    np.savez(tmp_path / "real.npz", x=np.ones((1, 16), np.float32), sr=np.array(16000, np.int64))
+    fixed = _run("simplify", "vad.onnx", "v.onnx", "--inputs", "real.npz", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stderr

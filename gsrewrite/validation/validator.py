@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
+from gsrewrite.validation.control import control_inputs
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
 from gsrewrite.validation.memory import default_budget, parse_size
@@ -101,7 +102,8 @@ class Validator:
                 input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
                                       like=sets[-1])
                 input_set.mask_offset = offset
-                outputs.append([_run(session, input_set.feed(run), input_set.described) for run in range(self.runs)])
+                outputs.append([_run(session, input_set.feed(run), input_set.described, self.original.proto)
+                                for run in range(self.runs)])
             except (InputDataError, ValidationError) as exc:
                 log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
                 continue
@@ -119,7 +121,7 @@ class Validator:
             sample = {name: tuple(array.shape) for name, array in given.items()}
             sizes = self._sizes(sample, None) if symbols_consistent(self.specs, sample) else [SizeSet("sample", sample)]
             first = build_set(proto, self.specs, sizes[0], 0, self.seed, given)
-            return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+            return first, sizes, [_run(session, first.feed(run), first.described, proto) for run in range(self.runs)]
         tried: list[Shapes] = []
         for other in GROWN_DEFAULTS:
             shapes = resolve_shapes(self.specs, input_shapes, other)
@@ -128,7 +130,8 @@ class Validator:
             sizes = self._sizes(shapes, input_shapes)
             first = build_set(proto, self.specs, sizes[0], 0, self.seed)
             try:
-                return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+                return first, sizes, [_run(session, first.feed(run), first.described, proto)
+                                      for run in range(self.runs)]
             except CannotValidateError:
                 raise  # out of time: larger inputs cannot help
             except ValidationError:
@@ -138,7 +141,7 @@ class Validator:
                 log.info("the original rejects generated inputs of shapes %s: trying larger dynamic dims", shapes)
         sizes = self._sizes(resolve_shapes(self.specs, input_shapes), input_shapes)
         first = build_set(proto, self.specs, sizes[0], 0, self.seed)
-        return first, sizes, [_run(session, first.feed(run), first.described) for run in range(self.runs)]
+        return first, sizes, [_run(session, first.feed(run), first.described, proto) for run in range(self.runs)]
 
     def _sizes(self, sample: Shapes, input_shapes: ShapeSpec | None) -> list[SizeSet]:
         return fit_budget(self.original.proto, self.specs, size_sets(self.specs, sample, input_shapes), self.budget)
@@ -197,14 +200,21 @@ def _flatten(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return flat
 
 
-def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Run one model; when generated inputs make it fail, say what they were and how to change them."""
+def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dict[str, Any]],
+         proto: Any = None) -> dict[str, Any]:
+    """Run one model; when generated inputs make it fail, say what they were and how to change them (an input
+    that decides control flow needs a real value: named, with --inputs)."""
     try:
         return session.run(feed)
     except ValidationError as exc:
         if isinstance(exc, CannotValidateError) or not described or any(
                 d["source"] != "generated" for d in described.values()):
             raise
+        deciding = [name for name in control_inputs(proto) if name in described] if proto is not None else []
+        if deciding:
+            names = ", ".join(f"'{n}' ({described[n]['dtype']}{described[n]['shape']})" for n in deciding)
+            raise ValidationError(f"{exc}: input {names} decides control flow (an If or Loop) and was generated at "
+                                  "random; give real values with --inputs FILE.npz (keys = input names)") from None
         shapes = ", ".join(f"{name} {d['dtype']}{d['shape']}" for name, d in described.items())
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
 
