@@ -182,3 +182,15 @@ def test_a_random_value_deciding_control_flow_is_named_with_the_fix(tmp_path: Pa
     np.savez(tmp_path / "real.npz", x=np.ones((1, 16), np.float32), sr=np.array(16000, np.int64))
     fixed = _run("simplify", "vad.onnx", "v.onnx", "--inputs", "real.npz", cwd=tmp_path)
     assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_model_nothing_applies_to_is_written_as_it_was(tmp_path: Path) -> None:
+    _rate_model(tmp_path / "m.onnx")  # its branches read outer initializers: an export would move them
+    onnx.save(onnx.load(tmp_path / "m.onnx"), tmp_path / "m.onnx")
+    model = onnx.load(tmp_path / "m.onnx")
+    del model.graph.node[0]  # no Identity: nothing for simplify to do
+    model.graph.node[0].input[0] = "sr"
+    onnx.save(model, tmp_path / "m.onnx")
+    done = _run("simplify", "m.onnx", "s.onnx", "--no-validate", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "s.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()

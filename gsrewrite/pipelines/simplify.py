@@ -99,8 +99,10 @@ def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, onl
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
     out, counts, rounds = run(passes)
-    result = SimplifyResult(out, bool(counts) or bool(input_shapes), counts, [p.name for p in passes],
-                            run.original, rounds)
+    changed = bool(counts) or bool(input_shapes)
+    if not changed and out.ByteSize() >= original.ByteSize():
+        out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
+    result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
     result.skipped_folds = skipped_folds(passes)
     if checker is not None and result.changed:
         _validate(result, run, passes, checker)
