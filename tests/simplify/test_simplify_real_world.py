@@ -150,3 +150,25 @@ def test_matmul_plus_bias_on_2d_becomes_gemm_and_3d_stays(simplified):
     }""", initializers={"w": _w(8, 16), "b": _w(16)})
     result = simplified(model, "fuse-matmul-add")
     assert op_counts(result.model) == {"Gemm": 1, "MatMul": 1, "Add": 1}
+
+
+# --- the real-world-shaped fixtures (tests/fixtures/real_world.py) ----------------------------------------
+def test_real_world_fixtures_lose_their_exporter_leftovers(tmp_path):
+    """(Not through ``simplified``: onnx's full check rejects paddle2onnx's -1 dims in the originals too.)"""
+    import sys
+    from pathlib import Path
+
+    from gsrewrite.pipelines.simplify import simplify_model
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
+    from real_world import build_all
+
+    for name, (model, feeds) in build_all().items():
+        np.savez(tmp_path / f"{name}.npz", **feeds)
+        result = simplify_model(model, validation={"inputs": str(tmp_path / f"{name}.npz")})
+        assert not result.dropped and result.validation.ok, (name, result.dropped)
+        ops = op_counts(result.model)
+        assert not {"Pad", "BatchNormalization", "Identity"} & set(ops), (name, ops)
+        if name.startswith("paddle"):  # the per-channel scale and shift went into the convs
+            assert "Mul" not in ops and ops.get("Add", 0) == 0, (name, ops)
+        assert sum(ops.values()) < len(model.graph.node) or name == "vad_if", (name, ops)
