@@ -194,3 +194,13 @@ def test_a_model_nothing_applies_to_is_written_as_it_was(tmp_path: Path) -> None
     done = _run("simplify", "m.onnx", "s.onnx", "--no-validate", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "s.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
+
+
+def test_verbose_after_the_subcommand_shows_stage_timings(tmp_path: Path) -> None:
+    _model(tmp_path / "m.onnx")
+    done = _run("optimize", "m.onnx", "o.onnx", "-v", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    timed = [line for line in done.stderr.splitlines() if line.endswith(" s") and ": " in line]
+    assert {line.split(": ")[1] for line in timed} >= {"simplifying", "rewriting", "validating"}
+    quiet = _run("optimize", "m.onnx", "p.onnx", cwd=tmp_path)
+    assert "simplifying" not in quiet.stderr

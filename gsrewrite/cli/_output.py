@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import click
@@ -60,13 +62,51 @@ def console() -> Console:
     return Console(file=sys.stdout, highlight=False, emoji=False, soft_wrap=not tty, width=None if tty else 120)
 
 
-def working(message: str) -> contextlib.AbstractContextManager[Any]:
-    """A spinner with ``message`` while long work runs, on an interactive terminal only (elsewhere nothing:
-    no refresh thread waking up to draw what nobody sees)."""
+#: work shorter than this shows no progress display
+PROGRESS_AFTER_SECONDS = 2.0
+
+
+@contextlib.contextmanager
+def working(message: str) -> Iterator[None]:
+    """A progress display for long work, on an interactive terminal only (elsewhere nothing: no refresh thread
+    waking up to draw what nobody sees): after :data:`PROGRESS_AFTER_SECONDS`, a spinner with ``message`` and
+    the stage running now (from :mod:`gsrewrite.stages`)."""
     out = console()
     if not out.is_terminal:
-        return contextlib.nullcontext()
-    return out.status(message, spinner="dots")
+        yield
+        return
+    status = out.status(message, spinner="dots")
+    handler = _StageText(status, message)
+    stages = logging.getLogger("gsrewrite.stages")
+    stages.addHandler(handler)
+    level = stages.level
+    if not stages.isEnabledFor(logging.INFO):
+        stages.setLevel(logging.INFO)
+        stages.propagate = False  # the display wants the stages; the log (no -v) does not
+    timer = threading.Timer(PROGRESS_AFTER_SECONDS, status.start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        status.stop()
+        stages.removeHandler(handler)
+        stages.setLevel(level)
+        stages.propagate = True
+
+
+class _StageText(logging.Handler):
+    """Shows the stage that started last next to the spinner."""
+
+    def __init__(self, status: Any, message: str) -> None:
+        super().__init__(logging.INFO)
+        self._status, self._message = status, message
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if text.endswith("..."):
+            self._status.update(f"{self._message} {text}")
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table | Text:

@@ -35,6 +35,7 @@ from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -151,15 +152,17 @@ def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target:
     if pending is None and validate and (eager_validation or reference is not None):
         pending = reference_validator(reference or original, validation, source_path).start()
     working = _convert_opset(original, opset)
-    out, run = _rewrite(working, selected, target, explain, registry)
+    with stage("rewriting"):
+        out, run = _rewrite(working, selected, target, explain, registry)
     result = _result(original, out, run, selected)
     result.skipped.update(elsewhere)
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
         pending = pending or reference_validator(reference or original, validation, source_path)
-        _validate(result, reference or original, working, selected, (target, registry), Checker(pending,
-                                                                                                 on_serialized))
+        with stage("validating"):
+            _validate(result, reference or original, working, selected, (target, registry),
+                      Checker(pending, on_serialized))
     elif validate:  # nothing to compare, but an original onnxruntime cannot run cannot be validated either
         (pending or reference_validator(original, validation, source_path)).ensure_runnable()
     else:

@@ -32,6 +32,7 @@ from gsrewrite.simplifier.passes.base import SimplifyOptions
 from gsrewrite.simplifier.passes.fold_constants import skipped_folds
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import SimplifyResult
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -98,14 +99,16 @@ def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, onl
     run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
     registry = registry if registry is not None else default_pass_registry()
     passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
-    out, counts, rounds = run(passes)
+    with stage("simplifying"):
+        out, counts, rounds = run(passes)
     changed = bool(counts) or bool(input_shapes)
     if not changed and out.ByteSize() >= original.ByteSize():
         out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
     result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
     result.skipped_folds = skipped_folds(passes)
     if checker is not None and result.changed:
-        _validate(result, run, passes, checker)
+        with stage("validating"):
+            _validate(result, run, passes, checker)
     elif checker is not None:
         checker.ensure_runnable()  # nothing to compare, but an original onnxruntime cannot run cannot be validated
     else:
