@@ -16,12 +16,19 @@ _NAMED_SKIPS = 4
 
 
 class Stats(Protocol):
-    """What the report reads of a model (see :class:`gsrewrite.info.ModelStats`)."""
+    """What the report reads of a model (see :class:`gsrewrite.simplifier.result.ModelStats`)."""
 
-    nodes_total: int
-    ops: dict[str, int]
-    size: int
-    parameters: int
+    @property
+    def nodes_total(self) -> int: ...
+
+    @property
+    def ops(self) -> dict[str, int]: ...
+
+    @property
+    def size(self) -> int: ...
+
+    @property
+    def parameters(self) -> int: ...
 
 
 @dataclass(frozen=True)
