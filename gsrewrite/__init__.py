@@ -30,6 +30,7 @@ _LAZY = {
     "load_pattern": "gsrewrite.patterns",
     "get_plugin_manager": "gsrewrite.plugin_manager",
     "simplify": "gsrewrite.pipelines",
+    "extract": "gsrewrite.pipelines.extract",
 }
 
 __all__ = ["__version__", *_LAZY]

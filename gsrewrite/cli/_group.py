@@ -41,6 +41,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "profile": "gsrewrite.cli.profile_cmd:profile",
     "memory": "gsrewrite.cli.memory_cmd:memory",
     "compress": "gsrewrite.cli.compress_cmd:compress",
+    "extract": "gsrewrite.cli.extract_cmd:extract",
 }
 
 

@@ -1,0 +1,48 @@
+"""``gsrewrite extract``: a self-contained sub-model between named tensors, validated against the full model."""
+
+from __future__ import annotations
+
+import click
+
+from gsrewrite.cli._output import console, emit_json, json_option, working
+
+
+def _names(values: tuple[str, ...]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+@click.command()
+@click.argument("model")
+@click.option("--inputs", "inputs", multiple=True, required=True, metavar="A,B",
+              help="Tensors that become the sub-model's inputs (comma-separated or repeated).")
+@click.option("--outputs", "outputs", multiple=True, required=True, metavar="C",
+              help="Tensors that become the sub-model's outputs (comma-separated or repeated).")
+@click.option("-o", "--output", required=True, metavar="SUB.onnx", help="Where to write the sub-model.")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Check the sub-model against the same tensors of the full model in onnxruntime.")
+@click.option("--input-data", metavar="FILE.npz", default=None,
+              help="Inputs of the full model for the check (default: generated).")
+@click.option("--input-shape", "shapes", multiple=True, metavar="NAME:1x128|DIM=2",
+              help="Shape of a generated input of the full model, or size of a symbolic dim (repeatable).")
+@json_option
+def extract(model: str, inputs: tuple[str, ...], outputs: tuple[str, ...], output: str, validate: bool,
+            input_data: str | None, shapes: tuple[str, ...], as_json: bool) -> None:
+    """Write the part of MODEL that computes --outputs from --inputs to SUB.onnx, with only the initializers it
+    needs, typed inputs and outputs, and (by default) checked against the full model."""
+    from gsrewrite.errors import ValidationError
+    from gsrewrite.model_io import check_output_path, load_model, save_model
+    from gsrewrite.pipelines.extract import extract as run_extract
+    from gsrewrite.validation import parse_input_shape
+
+    check_output_path(output, input_path=model)
+    input_shapes = dict(parse_input_shape(s) for s in shapes) or None
+    with working(f"extracting from {model}..."):
+        result = run_extract(load_model(model), _names(inputs), _names(outputs), validate=validate,
+                             input_shapes=input_shapes, given=input_data)
+    if result.validated and not result.ok:
+        raise ValidationError(f"the extracted model disagrees with the full model: {result.summary()}")
+    save_model(result.model, output, input_path=model)
+    if as_json:
+        emit_json(result.to_dict() | {"output": output})
+        return
+    console().print(f"Wrote {output}: {result.summary()}", markup=False, highlight=False, soft_wrap=True)
