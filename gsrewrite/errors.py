@@ -7,6 +7,8 @@ bug in gsrewrite and is reported as such.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class GsrewriteError(Exception):
     """Base class of every error caused by user input (models, options, pattern files, plugins)."""
@@ -81,3 +83,13 @@ class ValidationError(GsrewriteError):
 class CannotValidateError(ValidationError):
     """onnxruntime cannot run the original model (unknown op or domain, future opset, no outputs): a rewrite
     cannot be checked; ``--no-validate`` rewrites without checking."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known names closest to ``name``, or an empty string when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

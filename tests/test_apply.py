@@ -91,11 +91,12 @@ def test_cli_apply_pattern_file_json_and_dropped(tmp_path):
     assert out.exists() and onnx.load(str(out)).graph.node
 
 
-def test_cli_unknown_pattern_lists_the_known_ones(tmp_path):
+def test_cli_unknown_pattern_suggests_the_closest_names(tmp_path):
     model = _write(tmp_path, toy_model())
-    result = CliRunner().invoke(main, ["apply", str(model), "-o", str(tmp_path / "o.onnx"), "-p", "nope"])
+    result = CliRunner().invoke(main, ["apply", str(model), "-o", str(tmp_path / "o.onnx"), "-p", "layernrom"])
     assert result.exit_code == 2
-    assert "unknown pattern or family 'nope'" in result.stderr and "layernorm" in result.stderr
+    assert "unknown pattern or family 'layernrom' (did you mean 'layernorm'" in result.stderr
+    assert "patterns list" in result.stderr and "rotary" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "o.onnx").exists()
 

@@ -204,3 +204,8 @@ def test_verbose_after_the_subcommand_shows_stage_timings(tmp_path: Path) -> Non
     assert {line.split(": ")[1] for line in timed} >= {"simplifying", "rewriting", "validating"}
     quiet = _run("optimize", "m.onnx", "p.onnx", cwd=tmp_path)
     assert "simplifying" not in quiet.stderr
+
+
+def test_a_mistyped_command_gets_a_suggestion(tmp_path: Path) -> None:
+    done = _run("optimise", "m.onnx", cwd=tmp_path)
+    assert done.returncode == 2 and "did you mean 'optimize'?" in done.stderr

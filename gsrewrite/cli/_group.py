@@ -69,6 +69,14 @@ class GsrewriteGroup(click.Group):
             return getattr(module, attr)
         return _plugin_commands(ctx).get(cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            from gsrewrite.errors import did_you_mean
+
+            ctx.fail(f"No such command {name!r}.{did_you_mean(name, self.list_commands(ctx))}")
+        return super().resolve_command(ctx, args)
+
     @staticmethod
     def _available_builtins() -> list[str]:
         found = []

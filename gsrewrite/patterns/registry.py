@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError
+from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError, did_you_mean
 from gsrewrite.patterns.pattern import Pattern, load_pattern
 from gsrewrite.registry import ProviderScope
 
@@ -84,7 +84,8 @@ class PatternRegistry(ProviderScope):
 
     def get(self, name: str) -> Pattern:
         if name not in self._patterns:
-            raise UnknownPatternError(f"unknown pattern {name!r}; known: {self._known()}")
+            raise UnknownPatternError(f"unknown pattern {name!r}{did_you_mean(name, self._patterns)}; "
+                                      "'gsrewrite patterns list' shows them all")
         return self._patterns[name]
 
     def select(self, names: Iterable[str]) -> list[Pattern]:
@@ -99,7 +100,9 @@ class PatternRegistry(ProviderScope):
             elif name in self._patterns:
                 wanted.add(name)
             else:
-                raise UnknownPatternError(f"unknown pattern or family {name!r}; known: {self._known()}")
+                known = ["all", *self._patterns, *families]
+                raise UnknownPatternError(f"unknown pattern or family {name!r}{did_you_mean(name, known)}; "
+                                          "'gsrewrite patterns list' shows them all")
         return [p for p in self._patterns.values() if p.name in wanted]
 
     def verify(self, patterns: Iterable[Pattern]) -> None:
@@ -114,7 +117,3 @@ class PatternRegistry(ProviderScope):
                         f"pattern {pattern.name!r} ({pattern.source}) computes {value!r} with unknown "
                         f"function {function!r}"
                     )
-
-    def _known(self) -> str:
-        names = sorted(set(self._patterns) | set(self.families()))
-        return ", ".join(["all", *names])
