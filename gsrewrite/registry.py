@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Generic, TypeVar
 
-from gsrewrite.errors import DuplicateNameError, GsrewriteError, UsageError
+from gsrewrite.errors import DuplicateNameError, GsrewriteError, UsageError, did_you_mean
 
 T = TypeVar("T")
 
@@ -75,7 +75,8 @@ class NamedRegistry(ProviderScope, Generic[T]):
             return self._entries[name]
         except KeyError:
             known = ", ".join(self.names()) or "none registered"
-            raise self.unknown_error(f"unknown {self.kind} {name!r} (known: {known})") from None
+            hint = did_you_mean(name, self.names())
+            raise self.unknown_error(f"unknown {self.kind} {name!r}{hint}; known: {known}") from None
 
     def provider(self, name: str) -> str:
         """Who registered ``name`` (a plugin label, or :data:`DIRECT_PROVIDER`)."""

@@ -405,7 +405,7 @@ def test_named_registry_basics() -> None:
     assert registry.get("fp16") is strategy
     assert registry.names() == ["fp16", "half"] and len(registry) == 2 and "half" in registry
     assert [name for name, _ in registry.items()] == ["fp16", "half"]
-    with pytest.raises(UsageError, match=r"unknown compression strategy 'int4' \(known: fp16, half\)"):
+    with pytest.raises(UsageError, match=r"unknown compression strategy 'int4'; known: fp16, half"):
         registry.get("int4")
     with pytest.raises(UsageError, match="has no name"):
         registry.add(object())
