@@ -1,0 +1,18 @@
+"""The architecture as tests: the import-linter contracts of pyproject.toml (layers, no cycles between sibling
+modules, plugins through gsrewrite.plugin_api), run the way `lint-imports` runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def test_the_import_contracts_hold():
+    done = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 kept, 0 broken" in done.stdout
