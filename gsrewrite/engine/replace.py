@@ -16,9 +16,9 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.contrib_shapes import annotate
-from gsrewrite.graph.core import NameSource
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
+from gsrewrite.graph.core import NameSource
 from gsrewrite.patterns.template import Capture, TNode
 
 _A = onnx.AttributeProto

@@ -26,7 +26,27 @@ COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
     "optimize": (lambda model, out: ["optimize", model, "-o", out], True),
     "apply": (lambda model, out: ["apply", "--pattern", "all", model, "-o", out], True),
     "explain": (lambda model, out: ["explain", "--pattern", "all", model], False),
+    "extract": (lambda model, out: ["extract", model, *_io_names(model), "-o", out], True),
 }
+def _io_names(model: str) -> list[str]:
+    """``--inputs`` (every graph input) and ``--outputs`` (the first output) of the model when it parses, else
+    names it does not have (the command must then fail cleanly)."""
+    import stat
+
+    import onnx
+
+    try:
+        info = os.stat(model)  # a FIFO or a device would block or never end: only small regular files are read
+        if not stat.S_ISREG(info.st_mode) or info.st_size > 1 << 26:
+            raise ValueError(model)
+        graph = onnx.load(model, load_external_data=False).graph
+        inputs = ",".join(i.name for i in graph.input) or "_no_input_"
+        outputs = graph.output[0].name if graph.output else "_no_output_"
+    except Exception:  # hostile: whatever the CLI makes of it is what is tested
+        inputs, outputs = "_no_input_", "_no_output_"
+    return ["--inputs", inputs, "--outputs", outputs]
+
+
 #: commands `gsrewrite --help` lists that take no model (checked by the test to keep COMMANDS complete)
 MODEL_FREE_COMMANDS = frozenset({"passes", "patterns", "plugins"})
 
