@@ -66,7 +66,11 @@ def _dependency_paths() -> list[str]:
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder holding the wheel-installed ``gsrewrite`` console script."""
-    folder = tmp_path_factory.mktemp("wheel")
+    return wheel_venv(tmp_path_factory.mktemp("wheel"))
+
+
+def wheel_venv(folder: Path) -> Path:
+    """A fresh venv in ``folder`` with gsrewrite installed from a wheel of this tree; its bin folder."""
     wheel = _build_wheel(folder)
     venv = folder / "venv"
     _ok(_run(sys.executable, "-m", "venv", "--without-pip", venv))

@@ -15,10 +15,10 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.engine.contrib_shapes import annotate
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
 from gsrewrite.graph.core import NameSource
+from gsrewrite.graph.shapes import annotate_node
 from gsrewrite.patterns.template import Capture, TNode
 
 _A = onnx.AttributeProto
@@ -51,7 +51,8 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
         attrs = {**inherited.get(tn.label, {}), **resolve_attributes(tn, match)}
         node = gs.Node(op=tn.op, name=names(stamp if single else f"{stamp}/{tn.label}"), attrs=attrs,
                        inputs=inputs, outputs=outputs, domain=tn.domain or None)
-        annotate(node)  # contrib ops: type new outputs for the checks of later sweeps
+        if node.domain not in (None, "", "ai.onnx"):  # contrib ops: type new outputs (shape handlers) for the
+            annotate_node(node)                       # checks of later sweeps; ONNX infers the standard ones
         graph.nodes.append(node)
         added.append(node)
     return added

@@ -19,7 +19,8 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from gsrewrite.graph.core import copy_fields, import_onnx, infer_shapes
+from gsrewrite.graph.core import copy_fields, import_onnx
+from gsrewrite.graph.shapes import infer_shapes
 
 log = logging.getLogger(__name__)
 

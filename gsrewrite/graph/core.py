@@ -21,11 +21,9 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_impor
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.model_io.graph_walk import CONTROL_FLOW
-from gsrewrite.model_io.shape_inference import data_propagation_is_safe, infer_shapes
 
 log = logging.getLogger(__name__)
 
-__all__ = ["data_propagation_is_safe", "infer_shapes"]  # re-exported: shape inference lives in model_io
 
 def default_opset(model: onnx.ModelProto) -> int:
     """The model's version of the default ONNX domain (1 when it imports none)."""

@@ -23,8 +23,8 @@ import onnx
 from onnx import helper
 
 from gsrewrite.errors import InputDataError
+from gsrewrite.graph.shapes import infer_shapes
 from gsrewrite.model_io.external_data import available_memory
-from gsrewrite.model_io.shape_inference import infer_shapes
 
 log = logging.getLogger(__name__)
 

@@ -8,5 +8,6 @@ not through entry points, so the built-ins stay loaded when plugin autoloading i
 BUILTIN_PLUGINS: list[str] = [
     "gsrewrite_builtins.patterns",
     "gsrewrite_builtins.profilers",
+    "gsrewrite_builtins.shape_handlers",
     "gsrewrite_builtins.passes",
 ]

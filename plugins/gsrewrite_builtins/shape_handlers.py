@@ -1,36 +1,34 @@
-"""Output types of the onnxruntime contrib ops that replacements create, for tensors nobody typed yet.
+"""Built-in shape handlers: output types of the onnxruntime contrib ops gsrewrite emits, through the
+``gsrewrite_infer_shape`` hook like any plugin's.
 
-ONNX shape inference does not know ``com.microsoft`` ops, and a replacement's new intermediate tensors start
-untyped: a later pattern of the same rewrite (``linear-3d`` reading an attention output) would then see an
-unknown shape and could not prove anything. These rules give the outputs what onnxruntime's own schemas say,
-from the inputs' known types; an output whose rule cannot tell (an input's shape unknown) stays untyped.
-Only untyped outputs are filled in: a type the graph already has is never changed.
+ONNX shape inference does not know ``com.microsoft`` ops; the one shape-inference entry point
+(:mod:`gsrewrite.graph.shapes`) asks the handlers for them, on import and for a replacement's new nodes (a later
+pattern of the same rewrite, ``linear-3d`` reading an attention output, needs the shape to prove anything).
+These rules give what onnxruntime's own schemas say, from the inputs' known types; an output whose rule cannot
+tell (an input's shape unknown) stays untyped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+
+from gsrewrite.plugin_api import hookimpl
 
 Shape = list[int | str | None]
 #: op -> rule(node) -> one (dtype, shape) per output (None where unknown)
 _Rule = Callable[[gs.Node], list[tuple[object, Shape | None] | None]]
 
 
-def annotate(node: gs.Node) -> None:
-    """Fill in the dtype and shape of ``node``'s untyped outputs where its op's rule knows them."""
+@hookimpl
+def gsrewrite_infer_shape(node: gs.Node, context: Any) -> list[tuple[object, Shape | None] | None] | None:
+    """One ``(dtype, shape)`` (or None when unknown) per output of the contrib ops below, else None."""
     if node.domain != "com.microsoft" or node.op not in _RULES:
-        return
-    for tensor, known in zip(node.outputs, _RULES[node.op](node), strict=False):
-        if known is None or not isinstance(tensor, gs.Variable) or not tensor.name:
-            continue
-        dtype, shape = known
-        if tensor.dtype is None and dtype is not None:
-            tensor.dtype = dtype
-        if tensor.shape is None and shape is not None:
-            tensor.shape = list(shape)
+        return None
+    return _RULES[node.op](node)
 
 
 def _input_shape(node: gs.Node, index: int) -> Shape | None:
@@ -71,6 +69,14 @@ def _group_query(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
     return [(node.inputs[0].dtype, q)]
 
 
+def _matmul_nbits(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
+    """MatMulNBits: A [..., K] times the packed [N, K] weight: [..., N] in A's type."""
+    a, n = _input_shape(node, 0), node.attrs.get("N")
+    if a is None or not a or not isinstance(n, int):
+        return [None]
+    return [(node.inputs[0].dtype, [*a[:-1], n])]
+
+
 def _embed_layernorm(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
     """EmbedLayerNormalization: [batch, sequence, hidden] and a [batch] mask index."""
     ids, table = _input_shape(node, 0), _input_shape(node, 2)
@@ -84,6 +90,7 @@ _RULES: dict[str, _Rule] = {
     "MultiHeadAttention": _multi_head,
     "GroupQueryAttention": _group_query,
     "EmbedLayerNormalization": _embed_layernorm,
+    "MatMulNBits": _matmul_nbits,
     **{op: _like_input for op in ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization",
                                   "SimplifiedLayerNormalization", "FastGelu", "BiasGelu", "Gelu", "QuickGelu",
                                   "RotaryEmbedding")},

@@ -1,0 +1,56 @@
+"""A third-party plugin as users install it: tests/plugin_pkgs/gsrewrite-testplugin, pip-installed next to the
+gsrewrite wheel in a fresh venv; its hooks are reached through the plugin manager by the installed CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_wheel_cli import _ok, _run, wheel_venv
+
+PACKAGE = Path(__file__).resolve().parent / "plugin_pkgs" / "gsrewrite-testplugin"
+
+
+@pytest.fixture(scope="module")
+def with_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin folder of a fresh venv with the gsrewrite wheel and the test plugin installed."""
+    bin_dir = wheel_venv(tmp_path_factory.mktemp("plugin-venv"))
+    _ok(_run(sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
+             "--no-build-isolation", "--disable-pip-version-check", PACKAGE))
+    return bin_dir
+
+
+def _double_model(path: Path) -> Path:
+    """x -> test.domain.Double -> d -> Relu -> y; ONNX inference cannot type d (nor y behind it)."""
+    nodes = [helper.make_node("Double", ["x"], ["d"], domain="test.domain"), helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("test.domain", 1)])
+    onnx.save(model, path)
+    return path
+
+
+def test_the_installed_plugin_is_listed_with_its_hook(with_plugin: Path, tmp_path: Path) -> None:
+    listed = json.loads(_ok(_run(with_plugin / "gsrewrite", "plugins", "--json", cwd=tmp_path)).stdout)
+    text = json.dumps(listed)
+    assert "gsrewrite-testplugin" in text and "gsrewrite_infer_shape" in text
+
+
+def test_its_shape_handler_types_a_custom_op_for_the_one_shape_entry_point(with_plugin: Path, tmp_path: Path):
+    _double_model(tmp_path / "m.onnx")
+    done = _run(with_plugin / "gsrewrite", "extract", "m.onnx", "--inputs", "x", "--outputs", "d", "-o", "s.onnx",
+                "--no-validate", cwd=tmp_path)
+    _ok(done)
+    output = onnx.load(tmp_path / "s.onnx").graph.output[0]
+    assert output.type.tensor_type.elem_type == TensorProto.FLOAT
+    assert [d.dim_param or d.dim_value for d in output.type.tensor_type.shape.dim] == ["N", 4]
+    disabled = _run(with_plugin / "gsrewrite", "--disable-plugin", "testplugin", "extract", "m.onnx", "--inputs", "x",
+                    "--outputs", "d", "-o", "t.onnx", "--no-validate", cwd=tmp_path)
+    assert disabled.returncode == 2 and "type of 'd' is unknown" in disabled.stderr
+
