@@ -97,3 +97,42 @@ def test_optimize_starts_the_reference_run_during_the_cleanup(monkeypatch):
     monkeypatch.setattr(apply_module, "_rewrite", lambda *a: events.append("fusions") or rewrite(*a))
     result = optimize_module.optimize(str(EXAMPLE))
     assert result.validation.ok and events == ["reference", "cleanup", "fusions"]  # once, before the cleanup ended
+
+
+LINT_CASES = {
+    "unknown_op.toml": ('family = "t"\n[[pattern]]\nname = "p"\nmatch = """\ng (x) => (y) {\n'
+                        '  y = Reluu (x)\n}\n"""\nreplace = "g (x) => (y) { y = Relu (x) }"\n', ":6:", "unknown ONNX op"),
+    "fragment.toml": ('family = "t"\n[[fragment]]\nname = "Sq"\nforms = ["Sq (x) => (y) { y = Mul (x, x) }"]\n'
+                      '[[pattern]]\nname = "p"\nmatch = """\ng (x) => (y) {\n  s = Sq (x)\n  y = Relu (s)\n}\n"""\n'
+                      'replace = "g (x) => (y) { y = Relu (x) }"\n', ":9:", "call it as alt.Sq"),
+}
+
+
+def test_patterns_check_reports_file_and_line_and_accepts_custom_domains(tmp_path):
+    import subprocess
+    import sys
+
+    gsrewrite_bin = Path(sys.executable).parent / "gsrewrite"
+    for name, (text, line, message) in LINT_CASES.items():
+        (tmp_path / name).write_text(text)
+        done = subprocess.run([str(gsrewrite_bin), "patterns", "check", name], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"{name}{line}" in done.stdout and message in done.stdout, done.stdout
+    (tmp_path / "custom.toml").write_text('family = "t"\n[[pattern]]\nname = "p"\n'
+                                          'match = "g (x) => (y) { n = Neg (x)  y = Neg (n) }"\n'
+                                          'replace.ort = "g (x) => (y) { y = com.microsoft.NoSuchOp (x) }"\n')
+    good = subprocess.run([str(gsrewrite_bin), "patterns", "check", "custom.toml"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0 and "custom.toml: ok (1 pattern)" in good.stdout
+
+
+def test_the_shipped_pattern_files_pass_the_check():
+    import subprocess
+    import sys
+
+    files = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "patterns").glob("*.toml"))
+    done = subprocess.run([str(Path(sys.executable).parent / "gsrewrite"), "patterns", "check", *files],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": ok (") == len(files) > 5

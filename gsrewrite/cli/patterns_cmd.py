@@ -55,3 +55,32 @@ def show_pattern(name: str, as_json: bool) -> None:
     for target, text in pattern.replace_texts.items():
         out.print(f"replace ({target}):", markup=False)
         out.print(text, markup=False, highlight=False)
+
+
+@patterns.command("check")
+@click.argument("files", nargs=-1, required=True)
+@json_option
+def check_patterns(files: tuple[str, ...], as_json: bool) -> None:
+    """Load each pattern FILE as gsrewrite would: TOML, templates, fragments, op lint (FILE:LINE for unknown
+    ops or fragments called without alt.), and every named check and computation registered. Exit 2 if any
+    file has a problem."""
+    from gsrewrite.errors import GsrewriteError
+    from gsrewrite.patterns import default_registry
+    from gsrewrite.patterns.pattern import load_pattern
+
+    registry = default_registry()
+    results: dict[str, str] = {}
+    for file in files:
+        try:
+            loaded = load_pattern(file)
+            registry.verify(loaded)
+            results[file] = f"ok ({len(loaded)} pattern{'s' if len(loaded) != 1 else ''})"
+        except GsrewriteError as exc:
+            results[file] = f"error: {str(exc).splitlines()[0]}"
+    if as_json:
+        emit_json({f: {"ok": r.startswith("ok"), "message": r} for f, r in results.items()})
+    else:
+        for file, result in results.items():
+            click.echo(f"{file}: {result}")
+    if any(not r.startswith("ok") for r in results.values()):
+        raise SystemExit(2)

@@ -16,6 +16,7 @@ from typing import Any
 
 from gsrewrite.errors import PatternError
 from gsrewrite.patterns.fragments import Fragment, check_calls, expand, required_ops
+from gsrewrite.patterns.lint import lint
 from gsrewrite.patterns.template import Capture, TemplateGraph, parse_template
 
 if sys.version_info >= (3, 11):
@@ -144,12 +145,15 @@ def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
 
 def _parse_file(path: Path, raw: bytes) -> list[Pattern]:
     try:
-        data = tomllib.loads(raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))  # as read_text
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text
+        data = tomllib.loads(text)
     except UnicodeDecodeError as exc:
         raise PatternError(f"cannot read pattern file {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise PatternError(f"{path}: not valid TOML: {exc}") from None
-    return parse_pattern_data(data, str(path))
+    patterns = parse_pattern_data(data, str(path))
+    lint(patterns, str(path), text)
+    return patterns
 
 
 def parse_pattern_data(data: dict[str, Any], where: str) -> list[Pattern]:
