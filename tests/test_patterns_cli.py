@@ -101,7 +101,8 @@ def test_optimize_starts_the_reference_run_during_the_cleanup(monkeypatch):
 
 LINT_CASES = {
     "unknown_op.toml": ('family = "t"\n[[pattern]]\nname = "p"\nmatch = """\ng (x) => (y) {\n'
-                        '  y = Reluu (x)\n}\n"""\nreplace = "g (x) => (y) { y = Relu (x) }"\n', ":6:", "unknown ONNX op"),
+                        '  y = Reluu (x)\n}\n"""\nreplace = "g (x) => (y) { y = Relu (x) }"\n', ":6:",
+                        "unknown ONNX op"),
     "fragment.toml": ('family = "t"\n[[fragment]]\nname = "Sq"\nforms = ["Sq (x) => (y) { y = Mul (x, x) }"]\n'
                       '[[pattern]]\nname = "p"\nmatch = """\ng (x) => (y) {\n  s = Sq (x)\n  y = Relu (s)\n}\n"""\n'
                       'replace = "g (x) => (y) { y = Relu (x) }"\n', ":9:", "call it as alt.Sq"),
