@@ -45,10 +45,22 @@ def evaluate(node: gs.Node, values: Values, opset: int) -> list[np.ndarray] | No
 
 
 # --- kernels --------------------------------------------------------------------------------------------
-def _numeric(*arrays: np.ndarray | None) -> None:
+def _numeric(*arrays: np.ndarray | None) -> list[np.ndarray]:
+    """``arrays``, when every one is a numeric array (else the kernel does not apply)."""
+    checked = []
     for a in arrays:
         if a is None or a.dtype.kind not in "biuf" or a.dtype.itemsize > 8 or a.dtype.names:
             raise _Unsupported
+        checked.append(a)
+    return checked
+
+
+def _data(values: Values, index: int = 0) -> np.ndarray:
+    """Input ``index`` of any type; a missing one means the kernel does not apply."""
+    value = values[index] if index < len(values) else None
+    if value is None:
+        raise _Unsupported
+    return value
 
 
 def _ints(value: np.ndarray | None) -> list[int]:
@@ -67,8 +79,7 @@ def _operand(values: Values, attrs: dict[str, Any], name: str, index: int, opset
 
 def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], *, logical: bool = False) -> Kernel:
     def kernel(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-        a, b = values
-        _numeric(a, b)
+        a, b = _numeric(*values)
         if a.dtype != b.dtype:
             raise _Unsupported
         out = fn(a, b)
@@ -88,9 +99,9 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
     def kernel(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-        _numeric(*values)
-        out = values[0]
-        for v in values[1:]:
+        arrays = _numeric(*values)
+        out = arrays[0]
+        for v in arrays[1:]:
             if v.dtype != out.dtype:
                 raise _Unsupported
             out = fn(out, v)
@@ -101,8 +112,7 @@ def _variadic(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
 
 def _unary(fn: Callable[[np.ndarray], np.ndarray], kinds: str = "biuf") -> Kernel:
     def kernel(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-        (x,) = values
-        _numeric(x)
+        (x,) = _numeric(*values)
         if x.dtype.kind not in kinds:
             raise _Unsupported
         return np.asarray(fn(x)).astype(x.dtype, copy=False)
@@ -111,8 +121,7 @@ def _unary(fn: Callable[[np.ndarray], np.ndarray], kinds: str = "biuf") -> Kerne
 
 
 def _cast(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    (x,) = values
-    _numeric(x)
+    (x,) = _numeric(*values)
     target = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])))
     if target.kind not in "biuf" or target.names or (x.dtype.kind == "f" and target.kind in "iu"
                                                          and not np.all(np.isfinite(x))):
@@ -121,7 +130,7 @@ def _cast(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
 
 
 def _reshape(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    x, shape = values[0], _ints(values[1])
+    x, shape = _data(values), _ints(values[1])
     if not attrs.get("allowzero", 0):
         shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     return x.reshape(shape)
@@ -131,12 +140,12 @@ def _unsqueeze(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
     axes = _operand(values, attrs, "axes", 1, opset, 13)
     if axes is None:
         raise _Unsupported
-    return np.expand_dims(values[0], tuple(axes))
+    return np.expand_dims(_data(values), tuple(axes))
 
 
 def _squeeze(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
     axes = _operand(values, attrs, "axes", 1, opset, 13)
-    x = values[0]
+    x = _data(values)
     if axes is None:
         return np.squeeze(x)
     if any(x.shape[a] != 1 for a in axes):
@@ -145,20 +154,21 @@ def _squeeze(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
 
 
 def _concat(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    if any(v is None for v in values) or len({v.dtype for v in values}) != 1:
+    arrays = [_data(values, i) for i in range(len(values))]
+    if len({a.dtype for a in arrays}) != 1:
         raise _Unsupported
-    return np.concatenate(values, axis=int(attrs["axis"]))
+    return np.concatenate(arrays, axis=int(attrs["axis"]))
 
 
 def _gather(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    data, indices = values
+    data, indices = _data(values), _data(values, 1)
     if indices is None or indices.dtype.kind not in "iu":
         raise _Unsupported
     return np.take(data, indices, axis=int(attrs.get("axis", 0)))
 
 
 def _slice(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    x = values[0]
+    x = _data(values)
     if opset >= 10:
         starts, ends = _ints(values[1]), _ints(values[2])
         axes = _ints(values[3]) if len(values) > 3 and values[3] is not None else list(range(len(starts)))
@@ -184,8 +194,7 @@ def slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
 
 
 def _range(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    start, limit, delta = values
-    _numeric(start, limit, delta)
+    start, limit, delta = _numeric(*values)
     count = max(math.ceil((limit.item() - start.item()) / delta.item()), 0)
     return (start + np.arange(count, dtype=start.dtype) * delta).astype(start.dtype)
 
@@ -197,35 +206,35 @@ def _constant_of_shape(values: Values, attrs: dict[str, Any], opset: int) -> np.
 
 
 def _expand(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    x, shape = values[0], _ints(values[1])
+    x, shape = _data(values), _ints(values[1])
     return np.array(np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(shape))))
 
 
 def _transpose(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
     perm = attrs.get("perm")
-    return np.transpose(values[0], None if perm is None else [int(p) for p in perm])
+    return np.transpose(_data(values), None if perm is None else [int(p) for p in perm])
 
 
 def _flatten(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    x = values[0]
+    x = _data(values)
     axis = int(attrs.get("axis", 1))
     axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 def _where(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    cond, a, b = values
+    cond, a, b = (_data(values, i) for i in range(3))
     if cond is None or cond.dtype != np.bool_ or a is None or b is None or a.dtype != b.dtype:
         raise _Unsupported
     return np.where(cond, a, b)
 
 
 def _tile(values: Values, attrs: dict[str, Any], opset: int) -> np.ndarray:
-    return np.tile(values[0], _ints(values[1]))
+    return np.tile(_data(values), _ints(values[1]))
 
 
 KERNELS: dict[str, Kernel] = {
-    "Identity": lambda values, attrs, opset: values[0],
+    "Identity": lambda values, attrs, opset: _data(values),
     "Cast": _cast,
     "Reshape": _reshape,
     "Unsqueeze": _unsqueeze,
@@ -267,7 +276,7 @@ def _reference(node: gs.Node, values: Values, opset: int) -> list[np.ndarray] | 
     from onnx.reference import ReferenceEvaluator
 
     names = [f"in{i}" if v is not None else "" for i, v in enumerate(values)]
-    feeds = {n: v for n, v in zip(names, values, strict=True) if n}
+    feeds = {n: v for n, v in zip(names, values, strict=True) if v is not None}
     try:
         model = _single_node_model(node, names, feeds, opset)
         with np.errstate(all="ignore"):
