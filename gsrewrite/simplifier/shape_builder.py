@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -36,11 +37,12 @@ class _Group:
 
 @dataclass
 class _Part:
-    """Static ``values``, or ``axes`` of ``source`` (a run of dims read from one tensor)."""
+    """Static ``values``, or ``axes`` of ``source`` (a run of dims read from one tensor): ``source`` is a tensor
+    exactly when ``values`` is None."""
 
     values: list[int] | None = None
-    source: gs.Tensor | None = None
-    axes: list[int] | None = None
+    source: Any = None
+    axes: list[int] = field(default_factory=list)
 
 
 class ShapeBuilder:
