@@ -32,6 +32,8 @@ from onnx import TensorProto
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.graph.core import constant_values, is_empty, may_hold_subgraphs, subgraph_outer_names
+from gsrewrite.graph.evaluate import evaluate
+from gsrewrite.graph.fold_cost import OPERAND_ELEMENTS, Cost, Operand, Shaped, cost, type_itemsize
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ def fold_constants(graph: gs.Graph, max_bytes: int = DEFAULT_MAX_BYTES, skipped:
         if reason is not None:
             _skip(node, reason, skipped)
             continue
+        assert values is not None  # evaluated above: no reason to skip
         for tensor, value in zip(list(node.outputs), values, strict=True):
             tensor.to_constant(np.asarray(value))
         node.outputs.clear()
@@ -100,8 +103,6 @@ def _skip(node: gs.Node, reason: str, skipped: dict[str, str] | None) -> None:
 
 def _over_budget(node: gs.Node, opset: int, max_bytes: int) -> str | None:
     """Why ``node`` must not be evaluated (over a limit, or its size unknown), from shapes alone; else None."""
-    from gsrewrite.graph.fold_cost import Cost, cost
-
     if node.op in ("Shape", "Size"):
         return None  # a few integers (Size: checked in _values)
     if node.op == "CastLike":
@@ -116,10 +117,8 @@ def _over_budget(node: gs.Node, opset: int, max_bytes: int) -> str | None:
     return reason
 
 
-def _operand(tensor: gs.Tensor) -> object:
+def _operand(tensor: gs.Tensor) -> Operand:
     """A constant input for :func:`cost`: its values when small or loaded, else its shape and type only."""
-    from gsrewrite.graph.fold_cost import OPERAND_ELEMENTS, Shaped, type_itemsize
-
     if is_empty(tensor):
         return None
     stored = tensor._values
@@ -152,8 +151,6 @@ def _values(node: gs.Node, opset: int) -> list[np.ndarray] | None:
         return [np.array(size, dtype=np.int64)] if size <= _INT64_MAX else None
     if node.op == "CastLike":
         return [constant_values(node.inputs[0]).astype(np.dtype(node.inputs[1].dtype))]
-    from gsrewrite.graph.evaluate import evaluate
-
     inputs = [None if is_empty(t) else constant_values(t) for t in node.inputs]
     return evaluate(node, inputs, opset)
 

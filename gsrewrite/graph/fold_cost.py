@@ -19,7 +19,7 @@ or copies a weight.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -116,7 +116,7 @@ def _output_sizes(node: gs.Node, operands: list[Operand], opset: int) -> tuple[l
 
 
 # --- exact rules ----------------------------------------------------------------------------------------------
-def elements(shape: Sequence[Any]) -> int:
+def elements(shape: Iterable[Any]) -> int:
     """The number of elements of ``shape`` (Python integers: never overflows); negative dims are invalid."""
     dims = [int(d) for d in shape]
     if any(d < 0 for d in dims):
@@ -336,11 +336,11 @@ def _shape_model(node: gs.Node, operands: list[Operand], opset: int) -> onnx.Mod
 # --- work beyond reading and writing: products and convolutions -------------------------------------------------
 def _matmul(node: gs.Node, operands: list[Operand], out: int) -> int:
     a = operands[3] if node.op == "QLinearMatMul" else operands[0]
-    return out * (a.shape[-1] if a is not None and a.ndim else 1)
+    return out * (a.shape[-1] if a is not None and len(a.shape) else 1)
 
 
 def _gemm(node: gs.Node, operands: list[Operand], out: int) -> int:
-    a = operands[0]
+    a = _present(operands[:1])[0]
     return out * (a.shape[0] if node.attrs.get("transA", 0) else a.shape[-1])
 
 
@@ -348,7 +348,7 @@ def _einsum(node: gs.Node, operands: list[Operand], out: int) -> int:
     terms = str(node.attrs["equation"]).replace(" ", "").split("->")[0].split(",")
     sizes: dict[str, int] = {}
     ellipsis = 1
-    for term, operand in zip(terms, operands, strict=True):
+    for term, operand in zip(terms, _present(list(operands)), strict=True):
         letters = term.replace("...", "")
         extra = operand.ndim - len(letters)
         if "..." in term:
@@ -364,9 +364,9 @@ def _einsum(node: gs.Node, operands: list[Operand], out: int) -> int:
 
 
 def _conv(node: gs.Node, operands: list[Operand], out: int) -> int:
-    weight = operands[3] if node.op == "QLinearConv" else operands[1]
-    per_output = weight.size // max(weight.shape[0], 1)
-    return (operands[0].size if node.op == "ConvTranspose" else out) * per_output
+    weight = _present([operands[3] if node.op == "QLinearConv" else operands[1]])[0]
+    per_output = elements(weight.shape) // max(weight.shape[0], 1)
+    return (elements(_present(operands[:1])[0].shape) if node.op == "ConvTranspose" else out) * per_output
 
 
 _COMPUTE: dict[str, Callable[[gs.Node, list[Operand], int], int]] = {
