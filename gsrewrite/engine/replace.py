@@ -103,7 +103,9 @@ def coerce(value: Any, attr_type: int) -> Any:
         value = np.asarray(value.values)
     if attr_type == _A.TENSOR:
         return gs.Constant("", np.asarray(value))
-    flat = np.asarray(value).reshape(-1) if not isinstance(value, str) else None
+    if isinstance(value, str):
+        return value if attr_type == _A.STRING else _infer(value)
+    flat = np.asarray(value).reshape(-1)
     if attr_type == _A.FLOAT:
         return float(flat[0])
     if attr_type == _A.INT:

@@ -91,8 +91,10 @@ def _static_tensors(graph: gs.Graph, values: dict[int, SymValue], pool: Constant
     count = 0
     protected = {id(t) for t in graph.outputs}
     for node in graph.nodes:
-        out = node.outputs[0] if len(node.outputs) == 1 else None
-        value = values.get(id(out)) if out is not None else None
+        if len(node.outputs) != 1:
+            continue
+        out = node.outputs[0]
+        value = values.get(id(out))
         if value is None or not value.static or id(out) in protected or not out.outputs or not _fits(value, out):
             continue
         array = np.array(value.elements, dtype=np.dtype(out.dtype))
@@ -164,7 +166,8 @@ def _expand_target(node: gs.Node, value: SymValue) -> list[int | Dim] | None:
     if x.shape is None or any(e is None for e in value.elements):
         return None
     offset = len(value.elements) - len(x.shape)
-    return [1 if i >= offset and _own_dim(e, x, i - offset) else e for i, e in enumerate(value.elements)]
+    known = [e for e in value.elements if e is not None]  # all of them (checked above)
+    return [1 if i >= offset and _own_dim(e, x, i - offset) else e for i, e in enumerate(known)]
 
 
 _TARGETS = {"Reshape": _reshape_target, "Expand": _expand_target}
