@@ -182,7 +182,7 @@ def _constant_size(attributes: Iterable[AttributeProto]) -> tuple[int, int]:
 
 def _external_data(model: ModelProto) -> tuple[int, list[str]]:
     """Bytes stored in external files, and the files' locations (relative to the model)."""
-    total, files = 0, set()
+    total, files = 0, set[str]()
     for tensor in tensor_protos(model):
         if is_external(tensor):
             total += declared_nbytes(tensor)

@@ -69,11 +69,10 @@ def collect_cli_commands(reserved: Iterable[str] = (), disabled: Iterable[str] =
             continue
         label = plugin_label(impl.plugin_name)
         for command in _commands_of(impl):
-            if command.name in owners:
-                raise PluginError(
-                    f"{label} adds command {command.name!r}, already provided by {owners[command.name]}"
-                )
-            owners[command.name], commands[command.name] = label, command
+            name = command.name or ""
+            if name in owners:
+                raise PluginError(f"{label} adds command {name!r}, already provided by {owners[name]}")
+            owners[name], commands[name] = label, command
     return commands
 
 

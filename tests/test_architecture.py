@@ -16,3 +16,11 @@ def test_the_import_contracts_hold():
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "3 kept, 0 broken" in done.stdout
+
+
+def test_mypy_is_clean():
+    """mypy over gsrewrite and the built-in plugins ([tool.mypy] in pyproject.toml) reports no error."""
+    done = subprocess.run([str(BIN / "mypy"), "--cache-dir", str(ROOT / ".mypy_cache")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "Success: no issues found" in done.stdout

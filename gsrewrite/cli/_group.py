@@ -135,7 +135,7 @@ def _interrupts_cancel_saves() -> Iterator[None]:
             saving.cancel_saves()
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in (int(signal.SIGINT), int(signal.SIGTERM)):
         action = signal.getsignal(number)
         if action not in (signal.SIG_IGN, None):
             previous[number] = action

@@ -288,7 +288,7 @@ class Matcher:
     # --- completion ------------------------------------------------------------------------------------
     def _finish(self, state: _State) -> Match | None:
         kept: set[str] = set()
-        reason = self._boundary_violation(state, kept)
+        reason: str | None = self._boundary_violation(state, kept)
         if reason:
             self._fail(state, None, None, reason)
             return None

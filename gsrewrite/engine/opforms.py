@@ -89,7 +89,8 @@ def attribute_types(op_type: str, opset: int, domain: str = "") -> dict[str, int
     s = schema(op_type, opset, domain)
     if s is None:
         return {}
-    return {name: int(attr.type) for name, attr in s.attributes.items()}
+    # AttrType is an int enum; onnx's stub lacks __int__
+    return {name: int(attr.type) for name, attr in s.attributes.items()}  # type: ignore[call-overload]
 
 
 @functools.lru_cache(maxsize=1)

@@ -137,10 +137,10 @@ def _slice(node: gs.Node, graph: gs.Graph, opset: int) -> gs.Tensor | None:
     steps = [1] * len(starts) if steps is None else steps
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
         dim = src.shape[axis] if -len(src.shape) <= axis < len(src.shape) else None
-        known = isinstance(dim, int) and dim >= 0  # a negative declared dim (paddle2onnx's -1) is unknown
-        if step != 1 or not (start == 0 or (known and start == -dim)):
+        size = dim if isinstance(dim, int) and dim >= 0 else None  # a negative declared dim (-1) is unknown
+        if step != 1 or not (start == 0 or (size is not None and start == -size)):
             return None
-        if not (end >= _TO_END or (known and end >= dim)):
+        if not (end >= _TO_END or (size is not None and end >= size)):
             return None
     return src
 

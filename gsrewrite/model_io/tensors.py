@@ -21,13 +21,13 @@ DEFAULT_MAX_TENSOR_BYTES = 16 * 2**30
 
 _T = TensorProto
 #: Element types stored with fewer than 8 bits per element in raw_data (bits per element).
-_SUB_BYTE_BITS = {
+_SUB_BYTE_BITS: dict[int, int] = {
     _T.INT4: 4, _T.UINT4: 4, _T.FLOAT4E2M1: 4,
     _T.INT2: 2, _T.UINT2: 2,
     _T.FLOAT6E2M3: 6, _T.FLOAT6E3M2: 6,
 }  # fmt: skip
 #: Sub-byte types whose typed field (int32_data) holds packed bytes rather than one entry per element.
-_PACKED_IN_TYPED_FIELD = {_T.INT4, _T.UINT4, _T.FLOAT4E2M1, _T.INT2, _T.UINT2}
+_PACKED_IN_TYPED_FIELD: set[int] = {_T.INT4, _T.UINT4, _T.FLOAT4E2M1, _T.INT2, _T.UINT2}
 _COMPLEX = {_T.COMPLEX64, _T.COMPLEX128}
 
 

@@ -43,7 +43,7 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds:
     counts = +counts
     if counts and on_change is not None:
         on_change()
-    version, clean = 0, {}  # clean: pass -> the graph version it last ran on without changing anything
+    version, clean = 0, dict[int, int]()  # clean: pass -> the graph version it last ran on without changing anything
     for round_ in range(1, max_rounds + 1):
         changed = False
         for pass_ in passes:

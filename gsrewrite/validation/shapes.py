@@ -17,6 +17,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from gsrewrite.errors import InputDataError, UsageError
 from gsrewrite.validation.signature import Dim, InputSpec
@@ -80,7 +81,7 @@ def _split_user_shapes(
         if not is_shape and key in dim_names:
             bound[key] = _size(key, value)
         elif is_shape and key in input_names:
-            whole[key] = tuple(_size(key, d) for d in value)
+            whole[key] = tuple(_size(key, d) for d in cast(Sequence[int], value))
         elif key in input_names or key in dim_names:
             raise UsageError(f"bad input shape for {key!r}: give a shape for an input, a size for a dim name")
         else:

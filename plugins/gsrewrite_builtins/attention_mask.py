@@ -151,7 +151,7 @@ def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
     evaluate = evaluator(submodel(match.opset, found.nodes, [mask, *shape_inputs], bias), "the bias computation")
     filter_value: float | None = None
     plan = _test_dims(mask, found.nodes, bias)
-    unfit = ""
+    unfit: str | None = ""
     for dims in plan:
         for case in range(3):
             feeds = _feeds(mask, shape_inputs, dims, case)
@@ -212,7 +212,7 @@ def _check_padding(value: np.ndarray, mask: np.ndarray, filter_value: float | No
     if value.dtype.kind != "f" or value.ndim > 4 or value.ndim < 1:
         raise NotProven(f"the bias has dtype {value.dtype} and rank {value.ndim}, not a float score bias")
     batch, sequence = mask.shape
-    full = value.reshape((1,) * (4 - value.ndim) + value.shape)
+    full: np.ndarray = value.reshape((1,) * (4 - value.ndim) + value.shape)
     if full.shape[-1] != sequence or full.shape[0] not in (1, batch):
         raise NotProven(f"the bias has shape {list(value.shape)}, not [batch, ., ., {sequence}]")
     full = np.broadcast_to(full, (batch, *full.shape[1:]))

@@ -53,7 +53,7 @@ def profile_matmul(node: gs.Node, context: Any) -> OpCost | None:
     """MACs = (elements of the output) * K, where K is the contracted dimension."""
     a, b = (static_shape(t) for t in node.inputs[:2])
     out = _matmul_out_shape(a, b) if a and b else None
-    if out is None:
+    if out is None or a is None:
         return OpCost(macs=None, params=_params(node))
     return OpCost(macs=math.prod(out) * a[-1], params=_params(node))
 
@@ -89,7 +89,10 @@ def profile_conv(node: gs.Node, context: Any) -> OpCost | None:
     x, w = (static_shape(t) for t in node.inputs[:2])
     if x is None or w is None or len(x) != len(w) or len(x) < 3:
         return OpCost(macs=None, params=_params(node))
-    out = static_shape(node.outputs[0]) or (x[0], w[0], *_conv_out_spatial(node, x, w))
+    spatial = _conv_out_spatial(node, x, w)
+    out = static_shape(node.outputs[0]) or ((x[0], w[0], *spatial) if spatial is not None else None)
+    if out is None:
+        return OpCost(macs=None, params=_params(node))
     return OpCost(macs=math.prod(out) * math.prod(w[1:]), params=_params(node))
 
 

@@ -62,7 +62,7 @@ def _slice(match: Match, which: str, size: int) -> tuple[int, int] | None:
     if match.tensor(f"st{which}") is not None and (steps is None or steps.size != 1
                                                     or int(steps.reshape(-1)[0]) != 1):
         return None
-    start, end, axis = (int(v.reshape(-1)[0]) for v in values)
+    start, end, axis = (int(v.reshape(-1)[0]) for v in values if v is not None)
     if axis not in (-1, 3):
         return None
     clamp = lambda i: max(0, min(size, i + size if i < 0 else i))  # noqa: E731

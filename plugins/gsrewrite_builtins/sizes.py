@@ -185,10 +185,10 @@ def values_by_length(graph: gs.Graph, opset: int, tensor: gs.Tensor, what: str, 
     evaluate = evaluator(submodel(opset, found.nodes, found.shape_inputs, tensor), what)
     sequence = reference[sequence_axis]
     if isinstance(sequence, int):
-        plan = [(sequence, None)]
+        plan: list[tuple[int, int | None]] = [(sequence, None)]
     else:
         bound = threshold_bound(structural_constants(found.nodes, tensor))
-        plan = proof_lengths(bound, None, what, table_lengths(found.nodes))
+        plan = list(proof_lengths(bound, None, what, table_lengths(found.nodes)))
     results = []
     reason: str | None = None
     for length, batch in plan:

@@ -40,7 +40,7 @@ class Downcast(SimplifyPass):
 
 
 def _narrow(tensor: gs.Constant, opset: int) -> bool:
-    target = NARROWER[np.dtype(tensor.dtype)]
+    target: np.dtype = NARROWER[np.dtype(tensor.dtype)]
     if not tensor.outputs or not all(accepts(n, i, target, opset) for n in tensor.outputs
                                      for i, t in enumerate(n.inputs) if t is tensor):
         return False

@@ -120,7 +120,7 @@ def _groups(dims: list[Element], target: list[Element] | None) -> list[list[int]
     if _REST not in target:
         groups = _match(dims, target)
         return groups if groups is not None and sum(len(g) for g in groups) == len(dims) else None
-    cut = target.index(_REST)
+    cut = target.index(_REST)  # type: ignore[arg-type]  # _REST marks the -1 entry among the elements
     left = _match(dims, target[:cut])
     right = _match(list(reversed(dims)), list(reversed(target[cut + 1:])))
     if left is None or right is None:
