@@ -201,6 +201,9 @@ RULES: dict[str, Rule] = {
     "Min": _single_input,
     "Mean": _single_input,
     "Split": _split,
+    # a reduction whose output has the input's shape (keepdims over size-1 axes) is the identity; for
+    # L1/L2/LogSumExp/SumSquare it is not, so they are not listed
+    **dict.fromkeys(("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd"), _same_shape),
     "Mul": _unit(1, commutative=True),
     "Add": _unit(0, commutative=True),
     "Sub": _unit(0, commutative=False),

@@ -172,3 +172,17 @@ def test_real_world_fixtures_lose_their_exporter_leftovers(tmp_path):
         if name.startswith("paddle"):  # the per-channel scale and shift went into the convs
             assert "Mul" not in ops and ops.get("Add", 0) == 0, (name, ops)
         assert sum(ops.values()) < len(model.graph.node) or name == "vad_if", (name, ops)
+
+
+def test_a_reduction_over_size_one_axes_and_a_squeeze_unsqueeze_round_trip_go(simplified):
+    model = model_from_text("""
+    g (float[2, 1, 8] x, float[1, 64] z) => (float[2, 1, 8] y, float[2, 8] w, float[1, 64] v) {
+        r = ReduceMean <axes = [1], keepdims = 1> (x)
+        y = Relu (r)
+        w = ReduceMean <axes = [1], keepdims = 0> (x)
+        s = Squeeze (z, zero)
+        u = Unsqueeze (s, zero)
+        v = Relu (u)
+    }""", opset=13, initializers={"zero": np.array([0], np.int64)})
+    result = simplified(model, "eliminate-noops", "merge-squeezes")
+    assert op_counts(result.model) == {"ReduceMean": 1, "Relu": 2}  # keepdims=0 changes the shape: it stays

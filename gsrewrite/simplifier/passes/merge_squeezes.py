@@ -1,7 +1,8 @@
 """``merge-squeezes``: two consecutive Squeeze/Unsqueeze nodes become one, or none.
 
 The pair is simulated on labelled dims (``x0, x1, ...`` for the input, ``1`` for inserted dims): when
-the result is the input's dims again (``Squeeze(Unsqueeze(x, a), a)``) the pair is bypassed; when it only
+the result is the input's dims again (``Squeeze(Unsqueeze(x, a), a)``, or ``Unsqueeze(Squeeze(x, a), a)`` of
+size-1 axes) the pair is bypassed; when it only
 inserts dims it becomes one Unsqueeze, when it only removes dims one Squeeze. Axes must be constant and the
 input rank known.
 """
@@ -78,11 +79,20 @@ def _simulate(labels: list[str] | None, node: gs.Node, opset: int) -> list[str] 
     return [_NEW if i in positions else next(rest) for i in range(out_rank)]
 
 
+def _same_dims(labels: list[str], original: list[str], x: gs.Tensor) -> bool:
+    """The pair gives back x's own shape: every removed dim of static size 1 is inserted again at its place
+    (``Unsqueeze(Squeeze(x, a), a)`` of a size-1 axis)."""
+    if len(labels) != len(original) or x.shape is None:
+        return False
+    return all(lab == orig or (lab == _NEW and orig not in labels and x.shape[i] == 1)
+               for i, (lab, orig) in enumerate(zip(labels, original, strict=True)))
+
+
 def _rewrite(graph: gs.Graph, node: gs.Node, x: gs.Tensor, labels: list[str], opset: int,
              names: NameSource) -> bool:
     original = _labels(x) or []
     kept = [lab for lab in labels if lab != _NEW]
-    if labels == original:
+    if labels == original or _same_dims(labels, original, x):
         return forward(graph, node, x, node.outputs[0])
     if kept == original:  # only insertions
         op, axes = "Unsqueeze", [i for i, lab in enumerate(labels) if lab == _NEW]
