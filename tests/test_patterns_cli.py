@@ -137,3 +137,17 @@ def test_the_shipped_pattern_files_pass_the_check():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count(": ok (") == len(files) > 5
+
+
+def test_patterns_show_takes_a_family_and_suggests_on_a_typo():
+    import subprocess
+    import sys
+
+    gsrewrite_bin = str(Path(sys.executable).parent / "gsrewrite")
+    family = subprocess.run([gsrewrite_bin, "patterns", "show", "gelu", "--json"], capture_output=True, text=True,
+                            timeout=120)
+    shown = json.loads(family.stdout)
+    assert family.returncode == 0 and len(shown) >= 2 and {p["family"] for p in shown} == {"gelu"}
+    typo = subprocess.run([gsrewrite_bin, "patterns", "show", "layernrm"], capture_output=True, text=True, timeout=120)
+    assert typo.returncode == 2 and "did you mean 'layernorm'" in typo.stderr
+    assert typo.stderr.count("'layernorm'") == 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gsrewrite.cli._output import console, emit_json, json_option, table
@@ -33,14 +35,31 @@ def list_patterns(as_json: bool) -> None:
 @click.argument("name")
 @json_option
 def show_pattern(name: str, as_json: bool) -> None:
-    """Print pattern NAME: header, match template and replacement per target."""
+    """Print pattern NAME (or every pattern of family NAME): header, match template and replacement per target."""
+    from gsrewrite.errors import UnknownPatternError, did_you_mean
     from gsrewrite.patterns import default_registry
+
+    registry = default_registry()
+    families = registry.families()
+    patterns_by_name = {p.name: p for p in registry.patterns}
+    if name in patterns_by_name:
+        chosen = [patterns_by_name[name]]
+    elif name in families:
+        chosen = families[name]
+    else:
+        hint = did_you_mean(name, [*patterns_by_name, *families])
+        raise UnknownPatternError(f"unknown pattern or family {name!r}{hint}; 'gsrewrite patterns list' shows them")
+    if as_json:
+        entries = [p.to_dict() | {"match": p.match_text, "replace": p.replace_texts} for p in chosen]
+        emit_json(entries[0] if len(entries) == 1 and name not in families else entries)
+        return
+    for pattern in chosen:
+        _show(pattern)
+
+
+def _show(pattern: Any) -> None:
     from gsrewrite.patterns.pattern import DEVICES
 
-    pattern = default_registry().get(name)
-    if as_json:
-        emit_json(pattern.to_dict() | {"match": pattern.match_text, "replace": pattern.replace_texts})
-        return
     out = console()
     out.print(f"[bold]{pattern.name}[/bold] (family {pattern.family}) - {pattern.description}")
     out.print(f"source: {pattern.source}")
