@@ -32,7 +32,7 @@ def test_patterns_show_prints_the_templates():
 
 def test_patterns_show_unknown_name_exits_2():
     result = CliRunner().invoke(main, ["patterns", "show", "no-such"])
-    assert result.exit_code == 2 and "unknown pattern 'no-such'" in result.stderr
+    assert result.exit_code == 2 and "unknown pattern or family 'no-such'" in result.stderr
 
 
 def test_optimize_the_example(tmp_path):
