@@ -209,3 +209,14 @@ def test_verbose_after_the_subcommand_shows_stage_timings(tmp_path: Path) -> Non
 def test_a_mistyped_command_gets_a_suggestion(tmp_path: Path) -> None:
     done = _run("optimise", "m.onnx", cwd=tmp_path)
     assert done.returncode == 2 and "did you mean 'optimize'?" in done.stderr
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_json_for_several_models_is_one_list(tmp_path: Path, jobs: str) -> None:
+    for name in ("a", "b"):
+        _model(tmp_path / f"{name}.onnx")
+    (tmp_path / "out").mkdir()
+    done = _run("simplify", "a.onnx", "b.onnx", "-o", "out", "-j", jobs, "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
+    assert [r["output"] for r in reports] == ["out/a.onnx", "out/b.onnx"]

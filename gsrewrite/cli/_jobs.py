@@ -119,19 +119,32 @@ def _check_distinct(jobs: list[Job]) -> None:
         seen[key] = job.model
 
 
-def run_jobs(jobs: list[Job], workers: int, one: Callable[[Job], None]) -> None:
+def run_jobs(jobs: list[Job], workers: int, one: Callable[[Job], None], as_json: bool = False) -> None:
     """``one(job)`` for each job, here (one worker, or one job), else each in its own ``gsrewrite`` process with
     the same options, ``workers`` at a time; their output is printed in input order. A failed model makes the
-    command fail after the others ran (exit code of the first failure)."""
+    command fail after the others ran (exit code of the first failure). With ``as_json`` and several models the
+    reports form one JSON list."""
+    listed = as_json and len(jobs) > 1
     if workers == 1 or len(jobs) == 1:
-        for job in jobs:
+        for index, job in enumerate(jobs):
+            if listed:
+                click.echo("[" if index == 0 else ",")
             one(job)
+        if listed:
+            click.echo("]")
         return
     ctx = click.get_current_context()
     argv = _forwarded(ctx)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         done = list(pool.map(lambda job: _subprocess(argv, ctx.info_name or "", job), jobs))
-    failures = [code for code in (_show(result) for result in done) if code]
+    failures = []
+    for index, result in enumerate(done):
+        if listed:
+            click.echo("[" if index == 0 else ",")
+        failures.append(_show(result))
+    if listed:
+        click.echo("]")
+    failures = [code for code in failures if code]
     if failures:
         ctx.exit(failures[0])
 

@@ -65,7 +65,7 @@ def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_fil
             size_after, _ = staged.finish(result.model, result.serialized, lambda: None)
         report(result, size_before, explain, as_json, size_after, wrote=job.output, verbosity=io["verbosity"])
 
-    run_jobs(jobs_, workers, one)
+    run_jobs(jobs_, workers, one, as_json)
 
 
 @click.command()

@@ -41,7 +41,7 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     def one(job: Job) -> None:
         _optimize_one(job, settings, in_place, as_json, io)
 
-    run_jobs(jobs_, workers, one)
+    run_jobs(jobs_, workers, one, as_json)
 
 
 def _optimize_one(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any]) -> None:

@@ -49,7 +49,7 @@ def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[
     def one(job: Job) -> None:
         _simplify_one(job, settings, (constants, ops), in_place, as_json, io)
 
-    run_jobs(jobs_, workers, one)
+    run_jobs(jobs_, workers, one, as_json)
 
 
 def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, ...], tuple[str, ...]],
