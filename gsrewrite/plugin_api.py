@@ -23,6 +23,7 @@ _WHERE: dict[str, str] = {
     "legalize": "gsrewrite.engine.legalize",
     "constant_values": "gsrewrite.graph.core",
     "PatternRegistry": "gsrewrite.patterns.registry",
+    "reads": "gsrewrite.patterns.contract",
     "PassRegistry": "gsrewrite.simplifier.registry",
     "PatternPass": "gsrewrite.pipelines.pattern_pass",
     "builtin_passes": "gsrewrite.simplifier.passes",

@@ -28,6 +28,9 @@ from pathlib import Path
 
 import pytest
 
+# checks and computations may read only the template names they declare (gsrewrite.patterns.contract)
+os.environ.setdefault("GSREWRITE_STRICT_READS", "1")
+
 _TESTS = Path(__file__).resolve().parent
 _META_ENV = "GSREWRITE_META_CHECKS"
 _NARROWING_OPTIONS = ("keyword", "markexpr", "deselect", "lf", "stepwise", "stepwise_skip")

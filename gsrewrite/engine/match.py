@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.errors import PatternError
 from gsrewrite.graph.core import constant_values
+from gsrewrite.patterns.contract import Reads, declared, strict
 
 if TYPE_CHECKING:
     from gsrewrite.patterns.pattern import Pattern, Variant
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
 
 class CheckFailed(Exception):
     """Raised by a computation (or check) to reject a match; the message is the reason shown by --explain."""
+
+
+class UnknownNameError(PatternError, KeyError):
+    """A check or computation read a name it did not declare (see :mod:`gsrewrite.patterns.contract`)."""
 
 
 @dataclass
@@ -37,6 +43,23 @@ class Match:
     computed: dict[str, Any] = field(default_factory=dict)
     #: intermediates read outside the match only through Shape/Size: the nodes computing them stay
     kept: frozenset[str] = frozenset()
+    #: the check or computation running now, and the names it declared (set by the engine around each call)
+    reader: str = ""
+    reading: Reads | None = None
+
+    def calling(self, name: str, function: Any) -> Any:
+        """Call ``function(self)`` as the check or computation ``name`` (its declared reads are enforced)."""
+        self.reader, self.reading = name, declared(function)
+        try:
+            return function(self)
+        finally:
+            self.reader, self.reading = "", None
+
+    def _read(self, name: str) -> str:
+        if self.reading is not None and name not in self.reading.all and strict():
+            raise UnknownNameError(f"pattern {self.pattern.name!r} ({self.pattern.source}): {self.reader} reads "
+                                   f"{name!r}, which it does not declare (gsrewrite.plugin_api.reads)")
+        return name
 
     @property
     def anchor(self) -> gs.Node:
@@ -50,27 +73,27 @@ class Match:
 
     def tensor(self, name: str) -> gs.Tensor | None:
         """The graph tensor bound to template tensor ``name`` (None when unbound, e.g. an optional input)."""
-        return self.tensors.get(name)
+        return self.tensors.get(self._read(name))
 
     def node(self, label: str) -> gs.Node | None:
-        return self.nodes.get(label)
+        return self.nodes.get(self._read(label))
 
     def constant(self, name: str) -> np.ndarray | None:
         """The value of template tensor ``name`` when it is bound to a constant, else None."""
-        tensor = self.tensors.get(name)
+        tensor = self.tensors.get(self._read(name))
         if isinstance(tensor, gs.Constant):
             return constant_values(tensor)
         return None
 
     def shape(self, name: str) -> list[int | str | None] | None:
         """The (possibly symbolic) shape of the tensor bound to ``name``, None when unknown."""
-        tensor = self.tensors.get(name)
+        tensor = self.tensors.get(self._read(name))
         if tensor is None or tensor.shape is None:
             return None
         return list(tensor.shape)
 
     def dtype(self, name: str) -> np.dtype | None:
-        tensor = self.tensors.get(name)
+        tensor = self.tensors.get(self._read(name))
         if tensor is None or tensor.dtype is None:
             return None
         try:
@@ -80,6 +103,7 @@ class Match:
 
     def value(self, name: str) -> Any:
         """A capture, a computed value, or the value of a constant-bound tensor, looked up in that order."""
+        self._read(name)
         if name in self.captures:
             return self.captures[name]
         if name in self.computed:

@@ -298,7 +298,7 @@ class Matcher:
                       kept=frozenset(kept))
         for check in self._cv.pattern.checks:
             try:
-                reason = self.checks[check](match)
+                reason = match.calling(check, self.checks[check])
             except CheckFailed as exc:
                 reason = str(exc)
             if reason:

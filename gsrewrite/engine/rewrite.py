@@ -149,7 +149,7 @@ class RewritePass:
     def _compute(self, match: Match, cv: CompiledVariant, tracer: Tracer | None) -> bool:
         for value, function in match.pattern.compute.items():
             try:
-                match.computed[value] = self.computes[function](match)
+                match.computed[value] = match.calling(function, self.computes[function])
             except CheckFailed as exc:
                 if tracer is not None:
                     size = len(cv.variant.template.nodes)

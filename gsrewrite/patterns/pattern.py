@@ -98,6 +98,15 @@ class Pattern:
         return variants
 
     @functools.cached_property
+    def known_names(self) -> frozenset[str]:
+        """Every name a check or computation may read of a match: tensors, node labels and captures of every
+        variant, the pattern's outputs, and its computed values."""
+        names: set[str] = set(self.compute) | set(self.match.outputs)
+        for variant in self.variants:
+            names |= template_names(variant.template)
+        return frozenset(names)
+
+    @functools.cached_property
     def required_ops(self) -> Counter:
         """(domain, op) counts every variant has: a graph with fewer cannot match (no expansion needed)."""
         return required_ops(self.match, self.fragments)
@@ -128,6 +137,16 @@ def load_pattern(path: str | Path) -> list[Pattern]:
     except OSError as exc:
         raise PatternError(f"cannot read pattern file {path}: {exc}") from None
     return list(_load_cached(str(path), stat.st_size, stat.st_mtime_ns))
+
+
+def template_names(template: TemplateGraph) -> set[str]:
+    """Tensor names, node labels and capture names of one template."""
+    names = set(template.inputs) | set(template.outputs) | set(template.constants) | set(template.producer)
+    names |= set(template.consumers)
+    for node in template.nodes:
+        names.add(node.label)
+        names |= {value.name for value in node.attrs.values() if isinstance(value, Capture)}
+    return names
 
 
 @functools.lru_cache(maxsize=256)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError, did_you_mean
+from gsrewrite.patterns.contract import declared
 from gsrewrite.patterns.pattern import Pattern, load_pattern
 from gsrewrite.registry import ProviderScope
 
@@ -106,14 +107,36 @@ class PatternRegistry(ProviderScope):
         return [p for p in self._patterns.values() if p.name in wanted]
 
     def verify(self, patterns: Iterable[Pattern]) -> None:
-        """Every check and computation the patterns name must be registered."""
+        """Every check and computation the patterns name must be registered, and every name it declares it
+        reads (:func:`gsrewrite.patterns.contract.reads`) must be in the pattern's templates."""
         for pattern in patterns:
             for check in pattern.checks:
                 if check not in self.checks:
                     raise PatternError(f"pattern {pattern.name!r} ({pattern.source}) uses unknown check {check!r}")
+                _check_reads(pattern, f"check {check!r}", self.checks[check])
             for value, function in pattern.compute.items():
                 if function not in self.computes:
                     raise PatternError(
                         f"pattern {pattern.name!r} ({pattern.source}) computes {value!r} with unknown "
                         f"function {function!r}"
                     )
+                _check_reads(pattern, f"computation {function!r}", self.computes[function])
+
+
+def _check_reads(pattern: Pattern, what: str, function: PatternFunction) -> None:
+    """A declared name the pattern's templates lack is a load error naming the file and the pattern's line."""
+    reads = declared(function)
+    missing = sorted(reads.names - pattern.known_names) if reads is not None else []
+    if missing:
+        raise PatternError(f"{pattern.source}:{_line_of(pattern)}: pattern {pattern.name!r}: {what} reads "
+                           f"{', '.join(map(repr, missing))}, which no template of the pattern has (renamed? "
+                           "or declare it optional)")
+
+
+def _line_of(pattern: Pattern) -> int:
+    try:
+        lines = Path(pattern.source).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 1
+    wanted = f'name = "{pattern.name}"'
+    return next((i for i, line in enumerate(lines, start=1) if line.strip() == wanted), 1)

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.plugin_api import CheckFailed, Match, constant_values
+from gsrewrite.plugin_api import CheckFailed, Match, constant_values, reads
 
 
+@reads("k_lin", "mask", "q_lin", "v_lin")
 def attention_inputs(match: Match) -> str | None:
     """Q, K, V projections are 3-D [B, S, D] (when known) and the mask, if any, is float of rank <= 4."""
     for name in ("q_lin", "k_lin", "v_lin"):
@@ -34,12 +35,14 @@ def attention_inputs(match: Match) -> str | None:
     return None
 
 
+@reads("out")
 def attention_output_3d(match: Match) -> str | None:
     """The context is reshaped back to [B, S, D] (what the fused op outputs)."""
     rank = _output_rank(match)
     return None if rank == 3 else f"the context is reshaped to rank {rank if rank else 'unknown'}, not 3"
 
 
+@reads("so")
 def attention_flat_output(match: Match) -> str | None:
     """The context is flattened by a constant 2-D target shape (e.g. [-1, D] before a Gemm)."""
     target = match.constant("so")
@@ -56,6 +59,7 @@ def _output_rank(match: Match) -> int | None:
     return len(parts) if parts is not None else None
 
 
+@reads("q3", "q_lin", "sq")
 def attention_num_heads(match: Match) -> int:
     """The number of heads of the Q reshape [B, S, H, dh]."""
     heads, head_size = _reshape_dims(match, "sq", "q3")
@@ -69,6 +73,7 @@ def attention_num_heads(match: Match) -> int:
     return int(heads)
 
 
+@reads("c", "scores/div", "scores/div_q", "scores/mul", "scores/mul_k")
 def attention_scale(match: Match) -> float:
     """The softmax scale: 1/c for a Div form, c for a Mul form, c*c when split onto Q and K, else 1."""
     c = match.constant("c")
@@ -85,6 +90,7 @@ def attention_scale(match: Match) -> float:
     return 1.0
 
 
+@reads("k4", "q4", "v4")
 def attention_heads_inputs(match: Match) -> str | None:
     """Q and V are [B, H, S, dh] with known H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
     q, v, k = match.shape("q4"), match.shape("v4"), match.shape("k4")
@@ -97,6 +103,7 @@ def attention_heads_inputs(match: Match) -> str | None:
     return None
 
 
+@reads("q4")
 def attention_heads_from_q(match: Match) -> int:
     """The number of heads of Q in [B, H, S, dh]."""
     found = query_heads(match)
@@ -105,6 +112,7 @@ def attention_heads_from_q(match: Match) -> int:
     return found[0]
 
 
+@reads("q4")
 def attention_kv_shape(match: Match) -> np.ndarray:
     """A Reshape target that brings K to [B, H, L, dh] (also from a [B, Hkv, rep, L, dh] expansion)."""
     found = query_heads(match)
@@ -140,6 +148,7 @@ def _heads_of_reshape(node: gs.Node) -> tuple[int, int] | None:
     return (hidden // head_size, head_size) if hidden and hidden % head_size == 0 else None
 
 
+@reads("s")
 def attention_scores(match: Match) -> str | None:
     """``s`` is Q K^T: a MatMul, possibly scaled by a constant (Mul or Div)."""
     tensor = match.tensor("s")
@@ -217,6 +226,7 @@ COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
 }
 
 
+@reads("wk", "wq", "wv", "x")
 def packable_projections(match: Match) -> str | None:
     """Three [D, Dq] projection weights of one 3-D input with the same output width (self-attention)."""
     weights = [match.constant(w) for w in ("wq", "wk", "wv")]
@@ -230,11 +240,13 @@ def packable_projections(match: Match) -> str | None:
     return None
 
 
+@reads("wk", "wq", "wv")
 def packed_qkv_weight(match: Match) -> np.ndarray:
     """[D, 3 Dq]: the three projection weights side by side."""
     return np.concatenate([match.constant(w) for w in ("wq", "wk", "wv")], axis=1)
 
 
+@reads("bk", "bq", "bv", "wq")
 def packed_qkv_bias(match: Match) -> np.ndarray:
     """[3 Dq]: the three biases (zeros for a projection without one)."""
     width = match.constant("wq").shape[1]
@@ -243,6 +255,7 @@ def packed_qkv_bias(match: Match) -> np.ndarray:
     return np.concatenate([p.reshape(-1).astype(dtype) if p is not None else np.zeros(width, dtype) for p in parts])
 
 
+@reads("b", "split", "w", "x")
 def even_qkv_split(match: Match) -> str | None:
     """The Split cuts the packed projection into three equal parts, and the 3-D input feeds it unchanged."""
     node, weight = match.node("split"), match.constant("w")

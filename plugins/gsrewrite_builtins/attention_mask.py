@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.plugin_api import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, reads
 from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
 from gsrewrite_builtins.sizes import (
     foreign_dims,
@@ -76,33 +76,39 @@ class PaddingBias:
 _MEMO = "_gsrewrite_mask_bias"
 
 
+@reads("bias")
 def padding_mask_bias(match: Match) -> str | None:
     """The bound ``bias`` is an additive padding bias computed from one 2-D mask input (proven by running it)."""
     result = _analysis(match, causal=False)
     return result if isinstance(result, str) else None
 
 
+@reads("bias")
 def padding_mask_input(match: Match) -> gs.Variable:
     """The raw [batch, sequence] mask input the bias was computed from."""
     return _proven(match, causal=False).mask
 
 
+@reads("bias")
 def padding_mask_filter(match: Match) -> float:
     """The value the bias gives masked positions, as onnxruntime's ``mask_filter_value``."""
     return _for_onnxruntime(_proven(match, causal=False).filter_value)
 
 
+@reads("bias")
 def causal_mask_bias(match: Match) -> str | None:
     """The bound ``bias`` masks exactly the padded keys (of one 2-D mask input) and the future ones."""
     result = _analysis(match, causal=True)
     return result if isinstance(result, str) else None
 
 
+@reads("bias")
 def causal_mask_input(match: Match) -> gs.Variable:
     """The raw [batch, sequence] mask input of a proven causal + padding bias."""
     return _proven(match, causal=True).mask
 
 
+@reads("bias")
 def causal_mask_filter(match: Match) -> float:
     """The value a proven causal + padding bias gives masked positions (float32's lowest, see
     :data:`CAUSAL_FILTER`), as onnxruntime's ``mask_filter_value``."""

@@ -15,11 +15,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gsrewrite.plugin_api import Match, constant_values
+from gsrewrite.plugin_api import Match, constant_values, reads
 from gsrewrite_builtins.producers import NotProven
 from gsrewrite_builtins.sizes import values_by_length
 
 
+@reads("beta", "gamma", "ids", "pos", "word", optional=("pids", "seg", "segw",))
 def embedding_operands(match: Match) -> str | None:
     """2-D int ids, 2-D float tables of the hidden size (gamma's length), float 1-D gamma and beta."""
     gamma, beta = match.constant("gamma"), match.constant("beta")
@@ -63,6 +64,7 @@ def _same_dims(match: Match) -> str | None:
     return None
 
 
+@reads("ids", "pids")
 def positions_are_arange(match: Match) -> str | None:
     """The position ids are 0..sequence-1 in every row (proven by running their computation)."""
     pids = match.tensor("pids")
@@ -97,6 +99,7 @@ def _require_arange(value: np.ndarray, length: int) -> None:
         raise NotProven(f"the position ids are not 0..{length - 1} in every row (shape {list(value.shape)})")
 
 
+@reads("gamma", "ids", "pe")
 def folded_positions(match: Match) -> str | None:
     """``pe`` is a folded position lookup: [1, S, H] or [S, H], S the ids' fixed sequence length."""
     pe, ids, gamma = match.constant("pe"), match.shape("ids"), match.constant("gamma")
@@ -110,6 +113,7 @@ def folded_positions(match: Match) -> str | None:
     return None
 
 
+@reads("pe")
 def folded_position_table(match: Match) -> np.ndarray:
     """The folded position rows as EmbedLayerNormalization's [S, H] position table."""
     pe = match.constant("pe")

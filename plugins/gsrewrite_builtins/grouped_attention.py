@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gsrewrite.plugin_api import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, reads
 from gsrewrite_builtins.attention import query_heads
 
 Dim = int | str | None
@@ -25,6 +25,7 @@ GQA_HEAD_SIZE_MULTIPLE = 8
 _STEPS = {"K": ("k/unsqueeze", "k/expand", "k/repeat"), "V": ("v_unsqueeze", "v_expand", "v_repeat")}
 
 
+@reads("k/expand", "k/repeat", "k/unsqueeze", "mask", "q4", "v_expand", "v_repeat", "v_unsqueeze")
 def repeated_kv(match: Match) -> str | None:
     """K and V are repeated per KV head (not tiled), the same number of times, for Q of known heads."""
     q = match.shape("q4")
@@ -51,6 +52,7 @@ def repeated_kv(match: Match) -> str | None:
     return _bias_shape(match, q)
 
 
+@reads("k/expand", "k/repeat", "k/unsqueeze", "q4")
 def repeated_kv_heads(match: Match) -> int:
     """The number of KV heads before the repetition (GroupQueryAttention's ``kv_num_heads``)."""
     heads = query_heads(match)

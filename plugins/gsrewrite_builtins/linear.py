@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.plugin_api import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, reads
 
 
+@reads("gemm", "w", "x", "x2", "y", optional=("c",))
 def flattened_linear(match: Match) -> str | None:
     """x of rank >= 3 is flattened to [M, K] and the Gemm's [M, N] is restored to x's leading axes + [N]."""
     x, flat, out = match.shape("x"), match.shape("x2"), match.shape("y")
@@ -39,6 +40,7 @@ def flattened_linear(match: Match) -> str | None:
     return None
 
 
+@reads("c")
 def gemm_bias_vector(match: Match) -> np.ndarray:
     """The Gemm bias as a 1-D vector (what MatMul's output adds along its last axis)."""
     bias = match.constant("c")
@@ -47,6 +49,7 @@ def gemm_bias_vector(match: Match) -> np.ndarray:
     return bias.reshape(-1)
 
 
+@reads("w")
 def gemm_weight_kn(match: Match) -> np.ndarray:
     """A transB = 1 Gemm weight ([N, K]) as MatMul's [K, N]."""
     weight = match.constant("w")

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.plugin_api import Match
+from gsrewrite.plugin_api import Match, reads
 
 #: Ops whose outputs are (parts of) their data inputs: finite when those are.
 MOVES = frozenset({"Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Slice",
@@ -45,6 +45,7 @@ class _Unproven(Exception):
     """Why the mask may be non-finite."""
 
 
+@reads("mask", "nan_guard/isnan")
 def finite_mask(match: Match) -> str | None:
     """Without a NaN guard, or without a mask: nothing to prove. With both: the mask is finite for every input."""
     if match.node(GUARD_LABEL) is None:

@@ -11,9 +11,10 @@ from collections.abc import Callable
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.plugin_api import Match
+from gsrewrite.plugin_api import Match, reads
 
 
+@reads("axes")
 def trailing_axes(match: Match) -> str | None:
     """The captured reduction ``axes`` are the trailing axes of ``x`` (what LayerNormalization normalizes)."""
     axes = _negative_axes(match, "axes", "x")
@@ -24,6 +25,7 @@ def trailing_axes(match: Match) -> str | None:
     return None
 
 
+@reads("axes", "scale", "x", optional=("bias",))
 def norm_parameters(match: Match) -> str | None:
     """``scale`` and ``bias`` (when present) have the normalized shape, at most with leading 1s."""
     axes = _negative_axes(match, "axes", "x")
@@ -44,6 +46,7 @@ def norm_parameters(match: Match) -> str | None:
     return None
 
 
+@reads("bn")
 def inference_batchnorm(match: Match) -> str | None:
     """The BatchNormalization runs in inference mode and its statistics are constants."""
     node = match.node("bn")
@@ -52,6 +55,7 @@ def inference_batchnorm(match: Match) -> str | None:
     return None
 
 
+@reads("a", "b", "bias")
 def gemm_compatible(match: Match) -> str | None:
     """MatMul + Add is a valid Gemm: 2-D A, constant 2-D B, bias broadcastable to [M, N] along rows. Shapes only:
     the weights' values are never read (a lazily loaded 768x768 weight per candidate cost simplify 30 ms)."""
@@ -72,6 +76,7 @@ def _is_constant(match: Match, name: str) -> bool:
     return isinstance(match.tensor(name), gs.Constant)
 
 
+@reads("a", "b", "gamma")
 def skip_operands(match: Match) -> str | None:
     """SkipLayerNormalization needs two 3-D operands of the same shape and a 1-D gamma."""
     a, b = match.shape("a"), match.shape("b")
@@ -85,6 +90,7 @@ def skip_operands(match: Match) -> str | None:
     return None
 
 
+@reads("bias", "x")
 def last_axis_bias(match: Match) -> str | None:
     """The bias is a 1-D constant along the last axis of x (what BiasGelu / FastGelu add)."""
     bias = match.constant("bias")
@@ -96,6 +102,7 @@ def last_axis_bias(match: Match) -> str | None:
     return None
 
 
+@reads("bias", "w")
 def channel_bias(match: Match) -> str | None:
     """An Add after Conv that only adds one value per output channel (shape [C, 1, ...] or [1, C, 1, ...])."""
     bias, weight = match.constant("bias"), match.constant("w")

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.plugin_api import CheckFailed, Match
+from gsrewrite.plugin_api import CheckFailed, Match, reads
 
 
+@reads("axes", "x")
 def first_axis(match: Match) -> int:
     """The first normalized axis (negative) of the captured ``axes``: LayerNormalization's ``axis``."""
     axes = [int(a) for a in np.asarray(match.value("axes")).reshape(-1)]
@@ -35,6 +36,7 @@ def _bn_scale(match: Match) -> tuple[np.ndarray, np.ndarray]:
     return factor, weight
 
 
+@reads("eps", "scale", "var", "w")
 def bn_fold_weight(match: Match) -> np.ndarray:
     """Conv weight scaled per output channel by the BatchNormalization factor."""
     factor, weight = _bn_scale(match)
@@ -43,6 +45,7 @@ def bn_fold_weight(match: Match) -> np.ndarray:
     return folded.astype(weight.dtype)
 
 
+@reads("b", "eps", "mean", "scale", "shift", "var", "w")
 def bn_fold_bias(match: Match) -> np.ndarray:
     """Conv bias after BatchNormalization: ``(b - mean) * factor + beta``."""
     factor, weight = _bn_scale(match)
@@ -54,6 +57,7 @@ def bn_fold_bias(match: Match) -> np.ndarray:
     return ((base - mean.astype(np.float64)) * factor + beta.astype(np.float64)).astype(weight.dtype)
 
 
+@reads("bias", "w")
 def channel_bias_vector(match: Match) -> np.ndarray:
     """The per-channel Add constant as Conv's 1-D bias, in the weight's dtype."""
     bias, weight = match.constant("bias"), match.constant("w")

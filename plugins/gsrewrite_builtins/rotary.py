@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from gsrewrite.plugin_api import CheckFailed, Match, constant_values
+from gsrewrite.plugin_api import CheckFailed, Match, constant_values, reads
 from gsrewrite_builtins.producers import NotProven
 from gsrewrite_builtins.sizes import values_by_length
 
 
+@reads("a1", "a2", "cos", "e1", "e2", "s1", "s2", "sin", "st1", "st2", "x")
 def rotate_half(match: Match) -> str | None:
     """The two Slices take the second and the first half of the last axis; cos/sin tables fit."""
     shape = match.shape("x")
@@ -40,14 +41,17 @@ def rotate_half(match: Match) -> str | None:
     return None
 
 
+@reads("cos", "x")
 def rotary_cos_cache(match: Match) -> np.ndarray:
     return _half_table(match, "cos")
 
 
+@reads("sin", "x")
 def rotary_sin_cache(match: Match) -> np.ndarray:
     return _half_table(match, "sin")
 
 
+@reads("x")
 def rotary_num_heads(match: Match) -> int:
     """x's head count; 0 (RotaryEmbedding then reads it from the 4-D input) when the shape does not say."""
     heads = match.shape("x")[1]
@@ -106,6 +110,7 @@ def _half_table(match: Match, name: str) -> np.ndarray:
     return np.ascontiguousarray(table[:, : table.shape[1] // 2])
 
 
+@reads("a1", "a2", "cos", "e1", "e2", "s1", "s2", "sin", "st1", "st2", "x")
 def rotate_half_dynamic(match: Match) -> str | None:
     """Rotate-half slices of x [batch, heads, sequence, head_size] (static head size); cos/sin are
     run-time tables [1, .., sequence, head_size] whose halves are equal (proven by running them)."""
@@ -147,11 +152,13 @@ def _prove_equal_halves(match: Match, name: str) -> None:
                             "have one row per position with equal halves")
 
 
+@reads("x")
 def rotary_flat_table(match: Match) -> np.ndarray:
     """The Reshape target that turns a [1, .., sequence, head_size] table into [sequence, head_size]."""
     return np.array([-1, int(match.shape("x")[3])], dtype=np.int64)
 
 
+@reads("x")
 def rotary_half_width(match: Match) -> np.ndarray:
     """head_size / 2, the end of the Slice that keeps a table's first half."""
     return np.array([int(match.shape("x")[3]) // 2], dtype=np.int64)
