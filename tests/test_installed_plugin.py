@@ -54,3 +54,27 @@ def test_its_shape_handler_types_a_custom_op_for_the_one_shape_entry_point(with_
                     "--outputs", "d", "-o", "t.onnx", "--no-validate", cwd=tmp_path)
     assert disabled.returncode == 2 and "type of 'd' is unknown" in disabled.stderr
 
+
+
+def test_its_pattern_and_check_are_registered_and_rewrite(with_plugin: Path, tmp_path: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    listed = json.loads(_ok(_run(with_plugin / "gsrewrite", "patterns", "list", "--json", cwd=tmp_path)).stdout)
+    mine = [p for p in listed if p["name"] == "testplugin-relu-relu"]
+    assert mine and "gsrewrite-testplugin" in mine[0]["provider"]
+    done = _ok(_run(with_plugin / "gsrewrite", "apply", "--pattern", "testplugin", "m.onnx", "o.onnx", "--json",
+                    cwd=tmp_path))
+    assert json.loads(done.stdout)["counts"] == {"testplugin-relu-relu": 1}
+    assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Relu"]
+
+
+def test_its_pass_is_listed_and_runs_when_asked(with_plugin: Path, tmp_path: Path) -> None:
+    listed = _ok(_run(with_plugin / "gsrewrite", "passes", "list", cwd=tmp_path)).stdout
+    assert "testplugin-count-relus" in listed and "gsrewrite-testplugin" in listed
+    _double_model(tmp_path / "m.onnx")
+    done = _run(with_plugin / "gsrewrite", "simplify", "m.onnx", "s.onnx", "--only", "testplugin-count-relus",
+                "--no-validate", "--json", cwd=tmp_path)
+    _ok(done)
+    assert json.loads(done.stdout)["passes"] == ["testplugin-count-relus"]

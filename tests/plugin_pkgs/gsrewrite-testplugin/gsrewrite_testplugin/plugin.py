@@ -6,9 +6,11 @@ know it; the shape handler below types its output.
 
 from __future__ import annotations
 
+from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
-from gsrewrite.plugin_api import hookimpl
+from gsrewrite.plugin_api import hookimpl, reads
 
 DOMAIN = "test.domain"
 
@@ -20,3 +22,32 @@ def gsrewrite_infer_shape(node: Any, context: Any) -> list[tuple[Any, Any]] | No
         return None
     x = node.inputs[0]
     return [(x.dtype, None if x.shape is None else list(x.shape))]
+
+
+# --- gsrewrite_register_patterns ------------------------------------------------------------------------------
+@reads("first")
+def first_is_relu(match: Any) -> str | None:
+    return None if match.node("first") is not None else "no first Relu"
+
+
+@hookimpl
+def gsrewrite_register_patterns(registry: Any) -> None:
+    registry.add_check("testplugin_first_is_relu", first_is_relu)
+    registry.add_directory(resources.files("gsrewrite_testplugin") / "patterns")
+
+
+# --- gsrewrite_register_passes --------------------------------------------------------------------------------
+class CountRelus:
+    """A pass that changes nothing and says how many Relu nodes it saw (``changes`` stays 0)."""
+
+    name = "testplugin-count-relus"
+    description = "The test plugin's pass: counts Relu nodes, changes nothing."
+    default = False
+
+    def run(self, graph: Any) -> Any:
+        return SimpleNamespace(graph=graph, modified=False, changes=0)
+
+
+@hookimpl
+def gsrewrite_register_passes(registry: Any) -> None:
+    registry.add(CountRelus())

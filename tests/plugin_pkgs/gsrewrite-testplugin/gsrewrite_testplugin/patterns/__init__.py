@@ -1,0 +1,1 @@
+"""Pattern files of the test plugin."""
