@@ -44,8 +44,6 @@ MAX_SIDE_NODES = 64
 MAX_COMPARED_ELEMENTS = 1 << 20
 
 CheckFn = Callable[[Match], "str | None"]
-#: search plans per variant (variants are immutable and cached with their pattern file)
-_PLANS: dict[int, tuple[Variant, list[PlanStep]]] = {}
 
 
 @dataclass
@@ -59,11 +57,9 @@ class CompiledVariant:
     @functools.cached_property
     def plan(self) -> list[PlanStep]:
         """The search plan, built on first use: most variants never get past :meth:`possible_in`."""
-        cached = _PLANS.get(id(self.variant))
-        if cached is None or cached[0] is not self.variant:  # (the variant object is kept: its id stays unique)
-            cached = (self.variant, build_plan(self.variant.template, f"pattern {self.pattern.name!r}"))
-            _PLANS[id(self.variant)] = cached
-        return cached[1]
+        if self.variant.plan is None:  # kept on the variant: no module-level state outlives the patterns
+            self.variant.plan = build_plan(self.variant.template, f"pattern {self.pattern.name!r}")
+        return self.variant.plan  # type: ignore[no-any-return]
 
     @property
     def anchor_op(self) -> tuple[str, str]:

@@ -44,6 +44,8 @@ class Variant:
     template: TemplateGraph
     #: the pattern's output names -> the name this variant binds them to (optional steps alias them)
     outputs: dict[str, str] = field(default_factory=dict)
+    #: the matcher's search plan for this variant, built on first use (it lives and dies with the variant)
+    plan: Any = field(default=None, compare=False, repr=False)
 
     @property
     def size(self) -> int:
