@@ -59,6 +59,10 @@ class Match:
         if self.reading is not None and name not in self.reading.all and strict():
             raise UnknownNameError(f"pattern {self.pattern.name!r} ({self.pattern.source}): {self.reader} reads "
                                    f"{name!r}, which it does not declare (gsrewrite.plugin_api.reads)")
+        if name not in self.pattern.known_names and (self.reading is None or name not in self.reading.optional):
+            raise UnknownNameError(f"pattern {self.pattern.name!r} ({self.pattern.source}): "
+                                   f"{self.reader or 'a check'} reads {name!r}, which no template of the pattern "
+                                   "has (renamed? a name only some patterns have is declared optional)")
         return name
 
     @property

@@ -63,7 +63,8 @@ def test_a_declared_name_no_template_has_is_a_load_error_with_file_and_line(tmp_
         registry.verify(patterns)
 
 
-def test_reading_an_undeclared_name_raises(tmp_path):
+def test_reading_an_undeclared_name_raises(tmp_path, monkeypatch):
+    monkeypatch.setenv("GSREWRITE_STRICT_READS", "1")
     registry, patterns = _registry(tmp_path, "sneaky", reads_more_than_declared)
     registry.verify(patterns)
     with pytest.raises(UnknownNameError, match="reads 'r', which it does not declare"):
@@ -76,3 +77,15 @@ def test_patterns_check_reports_a_stale_declaration_of_a_built_in_check(tmp_path
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "bn.toml:4: pattern 'relu-relu': check 'inference_batchnorm' reads 'bn'" in done.stdout
+
+
+def undeclared_typo(match):
+    return None if match.tensor("xx") is None else "bound"
+
+
+def test_an_undeclared_function_reading_a_name_no_template_has_raises(tmp_path, monkeypatch):
+    monkeypatch.setenv("GSREWRITE_STRICT_READS", "0")  # the production setting
+    registry, patterns = _registry(tmp_path, "typo", undeclared_typo)
+    registry.verify(patterns)  # nothing declared: nothing to verify at load
+    with pytest.raises(UnknownNameError, match="reads 'xx', which no template of the pattern has"):
+        gsrewrite.apply(model_from_text(MODEL), ["relu-relu"], registry=registry, validate=False)
