@@ -92,15 +92,20 @@ def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, onl
     if max_fold_bytes < 0 or max_rounds < 1:
         raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
     original = _as_model(model)
+    registry = registry if registry is not None else default_pass_registry()
+    passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
     checker = Checker.of(_reference(model, original), _validation_options(validation, input_shapes),
                          on_serialized) if validation is not None else None
     if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
     run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
-    registry = registry if registry is not None else default_pass_registry()
-    passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
-    with stage("simplifying"):
-        out, counts, rounds = run(passes)
+    try:
+        with stage("simplifying"):
+            out, counts, rounds = run(passes)
+    except BaseException:  # the reference run must not outlive a failed call
+        if checker is not None:
+            checker.close()
+        raise
     changed = bool(counts) or bool(input_shapes)
     if not changed and out.ByteSize() >= original.ByteSize():
         out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller

@@ -195,3 +195,17 @@ def test_a_model_onnxruntime_cannot_run_asks_for_no_validate():
     with pytest.raises(ValidationError, match="--no-validate"):
         simplify(model)
     assert op_counts(simplify(model, validate=False).model) == {"my.domain.Unknown": 1}
+
+
+def test_a_bad_pass_name_starts_no_reference_run(monkeypatch):
+    """The selection is checked before validation starts: a failed call leaves no onnxruntime work behind (a
+    reference run once outlived it and created a session during the next test)."""
+    import threading
+    import time
+
+    sessions = count_sessions(monkeypatch)
+    before = threading.active_count()
+    with pytest.raises(UsageError):
+        simplify(model_from_text(TEXT), skip=["nope"])
+    time.sleep(0.2)
+    assert not sessions.created and threading.active_count() <= before
