@@ -31,6 +31,9 @@ _LAZY = {
     "get_plugin_manager": "gsrewrite.plugin_manager",
     "simplify": "gsrewrite.pipelines",
     "extract": "gsrewrite.pipelines.extract",
+    "infer_shapes": "gsrewrite.pipelines.analysis",
+    "profile": "gsrewrite.pipelines.analysis",
+    "plan_memory": "gsrewrite.pipelines.analysis",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -202,7 +202,8 @@ class _Loader:
             self._fail(PluginRecord("builtin", "gsrewrite", __version__, builtin=True), exc)
             return
         for module in modules:
-            record = PluginRecord(BUILTIN_PREFIX + module.rpartition(".")[2], "gsrewrite", __version__, True)
+            name = BUILTIN_PREFIX + module.removeprefix("gsrewrite_builtins.")
+            record = PluginRecord(name, "gsrewrite", __version__, True)
             self._add(record, partial(importlib.import_module, module))
 
     def load_entry_points(self, autoload: bool) -> None:

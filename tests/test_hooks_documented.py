@@ -25,8 +25,6 @@ HOOKS = sorted(
 #: hooks that no library code calls yet (hook -> why, with the issue that gives it a caller). Read as data by
 #: tests/conftest.py: keep it a literal dict.
 NO_LIBRARY_CALLER = {
-    "gsrewrite_profile_op": "there is no profiler in gsrewrite yet (only the example plugin's own command calls it); "
-                            "issue 8 adds the profiler that calls it",
     "gsrewrite_register_compression_strategies": "there is no compression subsystem yet; issue 9 adds it",
 }
 #: facade function per hook, when its name is not the hook name without the prefix.

@@ -150,7 +150,7 @@ def test_the_installed_example_is_discovered_with_version_and_hooks(venv_python:
         "ok",
     )
     assert example["hooks"] == HOOKS and example["commands"] == ["example-hello"]
-    assert plugins["builtin:profilers"]["status"] == "ok"
+    assert plugins["builtin:profilers.linear"]["status"] == "ok"
 
 
 def test_the_example_command_counts_my_relu_nodes(venv_python: Path, tmp_path: Path) -> None:

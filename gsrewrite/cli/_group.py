@@ -42,6 +42,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "memory": "gsrewrite.cli.memory_cmd:memory",
     "compress": "gsrewrite.cli.compress_cmd:compress",
     "extract": "gsrewrite.cli.extract_cmd:extract",
+    "compute-graph": "gsrewrite.cli.compute_graph_cmd:compute_graph",
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
@@ -17,15 +19,37 @@ def info(model: str, as_json: bool) -> None:
     External data is validated but not read, so this is quick even for very large models.
     """
     report = model_info(model)
+    totals = _totals(model)
     if as_json:
-        emit_json(report)
+        emit_json(report.to_dict() | {"totals": totals} if hasattr(report, "to_dict") else report)
         return
     out = console()
-    out.print(table("Model", ["field", "value"], _summary_rows(report)))
+    rows = _summary_rows(report)
+    if totals is not None:
+        missing = totals["unprofiled"]
+        note = f" (not counted: {', '.join(f'{op} x{n}' for op, n in missing.items())})" if missing else ""
+        rows.append(("compute", f"{_count(totals['macs'])} MACs{note}, {totals['params']:,} parameters"))
+    out.print(table("Model", ["field", "value"], rows))
     out.print(table("Inputs and outputs", ["kind", "name", "type", "shape"], _io_rows(report)))
     out.print(table("Operators", ["op", "count"], report.op_histogram.items()))
     if report.functions:
         out.print(table("Functions", ["function"], [[f] for f in report.functions]))
+
+
+def _totals(model: str) -> dict[str, Any] | None:
+    """MACs (symbolic with dynamic dims; ``unprofiled``: the ops whose MACs are unknown) and parameters."""
+    from gsrewrite.model_io import load_model
+    from gsrewrite.profiling.costs import count_json, profile_model
+
+    try:
+        profile = profile_model(load_model(model, load_external_data=False))
+    except Exception:  # the totals are extra: a model the profile cannot read still gets its info
+        return None
+    return {"macs": count_json(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled}
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def _summary_rows(report: ModelInfo) -> list[tuple[str, str]]:

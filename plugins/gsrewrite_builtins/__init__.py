@@ -7,7 +7,12 @@ not through entry points, so the built-ins stay loaded when plugin autoloading i
 #: Importable modules holding the built-in hook implementations.
 BUILTIN_PLUGINS: list[str] = [
     "gsrewrite_builtins.patterns",
-    "gsrewrite_builtins.profilers",
+    "gsrewrite_builtins.profilers.linear",
+    "gsrewrite_builtins.profilers.conv",
+    "gsrewrite_builtins.profilers.elementwise",
+    "gsrewrite_builtins.profilers.normalization",
+    "gsrewrite_builtins.profilers.movement",
+    "gsrewrite_builtins.profilers.contrib",
     "gsrewrite_builtins.shape_handlers",
     "gsrewrite_builtins.passes",
 ]

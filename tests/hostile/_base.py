@@ -21,7 +21,7 @@ MODEL_FILE = "model.onnx"
 OUTSIDE = "_outside"  # corpus subfolder for files that lie outside every model folder
 OPSET = 17
 #: commands that read and describe a model without running it: a model that loads but cannot run is fine here
-READ_ONLY_COMMANDS = frozenset({"info", "explain"})
+READ_ONLY_COMMANDS = frozenset({"info", "explain", "profile", "memory"})
 _SAME = -1
 
 

@@ -27,6 +27,11 @@ COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
     "apply": (lambda model, out: ["apply", "--pattern", "all", model, "-o", out], True),
     "explain": (lambda model, out: ["explain", "--pattern", "all", model], False),
     "extract": (lambda model, out: ["extract", model, *_io_names(model), "-o", out], True),
+    "shapes": (lambda model, out: ["shapes", model, "-o", out], True),
+    "profile": (lambda model, out: ["profile", model], False),
+    "memory": (lambda model, out: ["memory", model], False),
+    "compute-graph": (lambda model, out: ["compute-graph", model, "-o", out, "--shape-engine",
+                                          out + ".json"], True),
 }
 def _io_names(model: str) -> list[str]:
     """``--inputs`` (every graph input) and ``--outputs`` (the first output) of the model when it parses, else

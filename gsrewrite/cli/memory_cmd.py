@@ -1,0 +1,40 @@
+"""``gsrewrite memory``: activation memory planning (naive total, planned arena, lower bound)."""
+
+from __future__ import annotations
+
+import click
+
+from gsrewrite.cli._analysis_options import input_shape_option
+from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
+
+
+@click.command()
+@click.argument("model")
+@input_shape_option
+@click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Largest buffers listed with their offsets.")
+@json_option
+def memory(model: str, input_shape: tuple[str, ...], top: int, as_json: bool) -> None:
+    """Plan MODEL's activation memory: liveness over the topological order, views and in-place ops sharing
+    buffers, offsets in one arena. Shows the naive total, the arena, and the lower bound (the most bytes live at
+    one step). Symbols not given with --input-shape take validation's sample sizes."""
+    from gsrewrite.pipelines.analysis import plan_memory
+
+    plan = plan_memory(model, list(input_shape))
+    if as_json:
+        emit_json(plan)
+        return
+    out = console()
+    rows = [("sizes", ", ".join(f"{k}={v}" for k, v in sorted(plan.bindings.items())) or "static"),
+            ("naive (no reuse)", human_bytes(plan.naive_bytes)),
+            ("planned arena", f"{human_bytes(plan.arena_bytes)} ({plan.strategy})"),
+            ("lower bound", f"{human_bytes(plan.lower_bound_bytes)} at {plan.peak_node or f'step {plan.peak_step}'}"),
+            ("arena / lower bound", f"{plan.ratio_to_bound:.3f}"),
+            ("graph inputs / outputs", f"{human_bytes(plan.input_bytes)} / {human_bytes(plan.output_bytes)}"),
+            ("weights", human_bytes(plan.weight_bytes))]
+    if plan.unknown:
+        rows.append(("size unknown", f"{len(plan.unknown)} tensors (not planned): {', '.join(plan.unknown[:3])}"))
+    out.print(table("Memory plan", ["", "value"], rows))
+    largest = sorted(plan.buffers, key=lambda b: -b.size)[:top]
+    out.print(table(f"Largest {len(largest)} buffers", ["tensor", "offset", "size", "steps"], [
+        (b.tensor, f"{b.offset:,}", human_bytes(b.size), f"{b.start}-{b.end}") for b in largest]))

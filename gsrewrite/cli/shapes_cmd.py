@@ -1,0 +1,72 @@
+"""``gsrewrite shapes``: static and symbolic shapes of every tensor."""
+
+from __future__ import annotations
+
+import click
+
+from gsrewrite.cli._analysis_options import input_shape_option
+from gsrewrite.cli._output import console, emit_json, json_option, table
+
+
+@click.command()
+@click.argument("model")
+@input_shape_option
+@click.option("--all", "show_all", is_flag=True, help="List every tensor, not only inputs and outputs.")
+@click.option("--check", is_flag=True,
+              help="Run the model in onnxruntime at three input sizes and compare every tensor's shape.")
+@click.option("-o", "--output", default=None, metavar="OUT.onnx",
+              help="Write the model with the inferred shapes as value_info (expressions as dim_param).")
+@click.option("--force", is_flag=True, help="Overwrite OUT.onnx if it exists.")
+@json_option
+def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool, output: str | None,
+           force: bool, as_json: bool) -> None:
+    """Infer the shape of every tensor of MODEL, with dynamic dims as expressions of the input dims
+    (batch, seq, seq*2, (h - 3)//2 + 1)."""
+    from gsrewrite.errors import OutputError, ValidationError
+    from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, parse_input_shapes, shape_text
+    from gsrewrite.model_io import check_output_path, load_model, save_model
+
+    if output is not None:
+        import os
+
+        if os.path.exists(output) and not force:
+            raise OutputError(f"{output} exists; pass --force to overwrite it")
+        check_output_path(output, input_path=model)
+    proto = load_model(model, load_external_data=output is not None)
+    result = infer_symbolic(proto, parse_input_shapes(input_shape))
+    verdict = None
+    if check:
+        from gsrewrite.pipelines.shape_check import check_shapes, check_summary
+
+        verdict = check_shapes(proto, result)
+    if output is not None:
+        save_model(annotate(proto, result), output, input_path=model)
+    if as_json:
+        data = result.to_dict() if show_all else {k: v for k, v in result.to_dict().items() if k != "tensors"}
+        if verdict is not None:
+            data["check"] = verdict.to_dict()
+        if output is not None:
+            data["output"] = output
+        emit_json(data)
+    else:
+        out = console()
+        out.print(table("Symbols", ["symbol", "from"], sorted(result.symbols.items())))
+        rows = [("input", n, _shape(shape_text(result.shape(n)))) for n in result.inputs]
+        rows += [("output", n, _shape(shape_text(result.shape(n)))) for n in result.outputs]
+        if show_all:
+            rows += [("tensor", n, _shape(shape_text(i.shape))) for n, i in result.tensors.items()
+                     if n not in set(result.inputs) | set(result.outputs)]
+        out.print(table("Shapes", ["kind", "name", "shape"], rows))
+        typed = len(result.tensors) - len(result.unknown)
+        out.print(f"{typed} of {len(result.tensors)} tensors have a known shape", markup=False, highlight=False)
+        if verdict is not None:
+            for line in check_summary(verdict):
+                out.print(line, markup=False, highlight=False)
+        if output is not None:
+            out.print(f"Wrote {output}", markup=False, highlight=False)
+    if verdict is not None and not verdict.ok:
+        raise ValidationError("inferred shapes differ from onnxruntime's (see above)")
+
+
+def _shape(dims: list[str | int] | None) -> str:
+    return "?" if dims is None else "[" + ", ".join(str(d) for d in dims) + "]"

@@ -1,0 +1,906 @@
+"""Symbolic shape rules of the standard ONNX ops: output shapes (and the values of small integer tensors, the
+shape arithmetic exporters emit) from the inputs', with dims as :mod:`gsrewrite.graph.symdim` expressions.
+
+A rule gets a :class:`NodeView` and returns one :class:`Info` per output, ``None`` where it cannot tell; the
+engine (:mod:`gsrewrite.graph.symbolic_shapes`) falls back to ONNX's own inference there. Rules never raise
+on odd input: a shape they do not understand is "unknown", not an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from gsrewrite.graph.symdim import DimValue, Expr, ceil_div, dim_max, floor_div, mul
+from gsrewrite.graph.symdim import add as dim_add
+from gsrewrite.graph.symdim import sub as dim_sub
+
+Dim = DimValue | None
+Shape = list[Dim]
+#: the value of a small integer tensor: a scalar or a 1-D list (elements unknown -> None)
+Value = Dim | list[Dim]
+
+#: longest 1-D integer tensor whose value is tracked
+MAX_VALUE_LENGTH = 64
+#: Slice ends at or beyond this mean "to the end"
+_TO_THE_END = 2**30
+
+
+@dataclass
+class Info:
+    """What is known of one tensor: ONNX element type (0 = unknown), shape (None = unknown rank), value."""
+
+    dtype: int = 0
+    shape: Shape | None = None
+    value: Value = None
+    has_value: bool = False
+    #: the elements of a small float constant (Resize scales)
+    floats: list[float] | None = None
+
+    @staticmethod
+    def of_value(dtype: int, value: Value) -> Info:
+        shape: Shape = [len(value)] if isinstance(value, list) else []
+        return Info(dtype, shape, value, True)
+
+
+@dataclass
+class NodeView:
+    op: str
+    inputs: list[Info | None]
+    attrs: dict[str, Any]
+    opset: int
+    n_outputs: int
+    fresh: Callable[[str], Expr] = field(default=lambda hint: Expr({}))
+
+    def shape(self, i: int) -> Shape | None:
+        info = self.inputs[i] if i < len(self.inputs) else None
+        return None if info is None or info.shape is None else list(info.shape)
+
+    def dtype(self, i: int) -> int:
+        info = self.inputs[i] if i < len(self.inputs) else None
+        return 0 if info is None else info.dtype
+
+    def value(self, i: int) -> Value:
+        info = self.inputs[i] if i < len(self.inputs) else None
+        return None if info is None or not info.has_value else info.value
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def ints(self, i: int) -> list[int] | None:
+        """A 1-D (or scalar) input's value when every element is a static int."""
+        value = self.value(i)
+        items = value if isinstance(value, list) else [value]
+        if value is None or not all(isinstance(x, int) for x in items):
+            return None
+        return [int(x) for x in items]  # type: ignore[arg-type]
+
+    def floats(self, i: int) -> list[float] | None:
+        info = self.inputs[i] if i < len(self.inputs) else None
+        return None if info is None else info.floats
+
+    def dims(self, i: int) -> list[Dim] | None:
+        value = self.value(i)
+        if value is None:
+            return None
+        return list(value) if isinstance(value, list) else [value]
+
+
+Rule = Callable[[NodeView], list[Info | None]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*ops: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for op in ops:
+            RULES[op] = fn
+        return fn
+    return register
+
+
+# helpers -------------------------------------------------------------------------------------------
+def known(dims: Sequence[Dim] | None) -> bool:
+    return dims is not None and all(d is not None for d in dims)
+
+
+def product(dims: Sequence[Dim]) -> Dim:
+    total: DimValue = 1
+    for d in dims:
+        if d is None:
+            return None
+        total = mul(total, d)
+    return total
+
+
+def broadcast(*shapes: Shape | None) -> Shape | None:
+    if any(s is None for s in shapes):
+        return None
+    rank = max((len(s) for s in shapes if s is not None), default=0)
+    out: Shape = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if s is not None and len(s) - rank + axis >= 0]
+        out.append(_broadcast_dim(dims))
+    return out
+
+
+def _broadcast_dim(dims: list[Dim]) -> Dim:
+    not_one = [d for d in dims if d != 1]
+    if not not_one:
+        return 1
+    if any(d is None for d in not_one):
+        known_dims = [d for d in not_one if d is not None]
+        return known_dims[0] if known_dims and isinstance(known_dims[0], int) else None
+    static = [d for d in not_one if isinstance(d, int)]
+    if static:
+        return static[0]
+    unique: list[DimValue] = []
+    for d in not_one:
+        if d is not None and d not in unique:
+            unique.append(d)
+    return unique[0] if len(unique) == 1 else dim_max(*unique)
+
+
+def _axis(axis: int, rank: int) -> int | None:
+    axis = axis + rank if axis < 0 else axis
+    return axis if 0 <= axis < rank else None
+
+
+def _same(view: NodeView, dtype: int | None = None) -> list[Info | None]:
+    shape = view.shape(0)
+    out = Info(view.dtype(0) if dtype is None else dtype, shape)
+    return [out] + [None] * (view.n_outputs - 1)
+
+
+def _elementwise_value(op: str, values: list[Value]) -> Value:
+    """Apply a shape-arithmetic op to scalar / 1-D values (None elements stay None)."""
+    if any(v is None for v in values):
+        return None
+    lists = [v if isinstance(v, list) else [v] for v in values]
+    length = max(len(v) for v in lists)
+    if any(len(v) not in (1, length) for v in lists):
+        return None
+    result: list[Dim] = []
+    for i in range(length):
+        args = [v[0] if len(v) == 1 else v[i] for v in lists]
+        result.append(_apply(op, args))
+    scalar = all(not isinstance(v, list) for v in values)
+    return result[0] if scalar else result
+
+
+def _apply(op: str, args: list[Dim]) -> Dim:
+    if any(a is None for a in args):
+        return None
+    a = args[0]
+    assert a is not None
+    try:
+        if op in ("Identity", "Cast", "Ceil", "Floor", "Round"):
+            return a
+        if op == "Neg":
+            return mul(a, -1)
+        if op == "Abs":
+            return abs(a) if isinstance(a, int) else a
+        b = args[1]
+        assert b is not None
+        if op == "Add":
+            return dim_add(a, b)
+        if op == "Sub":
+            return dim_sub(a, b)
+        if op == "Mul":
+            return mul(a, b)
+        if op == "Div":
+            if isinstance(a, int) and isinstance(b, int):
+                return int(a / b) if b else None  # ONNX integer division truncates
+            return floor_div(a, b)
+        if op == "Mod":
+            return a % b if isinstance(a, int) and isinstance(b, int) and b else None
+        if op == "Max":
+            return dim_max(*[x for x in args if x is not None])
+        if op == "Min":
+            from gsrewrite.graph.symdim import dim_min
+            return dim_min(*[x for x in args if x is not None])
+        if op == "Equal":
+            if a == b:
+                return 1
+            if isinstance(a, int) and isinstance(b, int):
+                return 0
+            # a symbolic dim (>= 0) never equals a negative constant (exporters test dims against -1)
+            if (isinstance(b, int) and b < 0) or (isinstance(a, int) and a < 0):
+                return 0
+            return None
+    except ZeroDivisionError:
+        return None
+    return None
+
+
+def _is_int_type(dtype: int) -> bool:
+    return dtype in (TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
+                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+                     TensorProto.BOOL)
+
+
+# elementwise -------------------------------------------------------------------------------------
+_UNARY = ("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Neg", "Softmax",
+          "LogSoftmax", "Hardmax", "Identity", "LeakyRelu", "Clip", "Softplus", "Softsign", "HardSigmoid",
+          "HardSwish", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Floor", "Ceil", "Round",
+          "Sign", "Selu", "Elu", "Celu", "Mish", "Gelu", "Trilu", "CumSum", "InstanceNormalization",
+          "LpNormalization", "LRN", "GroupNormalization", "MeanVarianceNormalization", "Shrink",
+          "ThresholdedRelu", "Not", "BitwiseNot", "Swish", "ReverseSequence", "Bernoulli")
+_VALUE_UNARY = ("Identity", "Neg", "Abs", "Ceil", "Floor", "Round")
+
+
+@rule(*_UNARY)
+def _unary(view: NodeView) -> list[Info | None]:
+    out = _same(view)
+    if view.op in _VALUE_UNARY and view.value(0) is not None and out[0] is not None:
+        out[0].value, out[0].has_value = _elementwise_value(view.op, [view.value(0)]), True
+    return out
+
+
+@rule("IsNaN", "IsInf")
+def _predicate(view: NodeView) -> list[Info | None]:
+    return _same(view, TensorProto.BOOL)
+
+
+@rule("Cast")
+def _cast(view: NodeView) -> list[Info | None]:
+    to = int(view.attrs.get("to", 0))
+    out = Info(to, view.shape(0))
+    if view.value(0) is not None and _is_int_type(to) and _is_int_type(view.dtype(0)):
+        out.value, out.has_value = view.value(0), True
+    return [out]
+
+
+@rule("CastLike")
+def _cast_like(view: NodeView) -> list[Info | None]:
+    out = Info(view.dtype(1), view.shape(0))
+    if view.value(0) is not None and _is_int_type(view.dtype(1)) and _is_int_type(view.dtype(0)):
+        out.value, out.has_value = view.value(0), True
+    return [out]
+
+
+_ARITH = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "BitShift",
+          "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+_COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor")
+
+
+@rule(*_ARITH, *_COMPARE)
+def _binary(view: NodeView) -> list[Info | None]:
+    shapes = [view.shape(i) for i in range(len(view.inputs)) if view.has_input(i)]
+    dtype = TensorProto.BOOL if view.op in _COMPARE else view.dtype(0)
+    out = Info(dtype, broadcast(*shapes))
+    values = [view.value(i) for i in range(len(view.inputs))]
+    if view.op in ("Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal") and all(
+            v is not None for v in values) and _is_int_type(view.dtype(0)):
+        out.value = _elementwise_value(view.op, values)
+        out.has_value = out.value is not None
+    return [out]
+
+
+@rule("Where")
+def _where(view: NodeView) -> list[Info | None]:
+    out = Info(view.dtype(1) or view.dtype(2), broadcast(view.shape(0), view.shape(1), view.shape(2)))
+    cond, x, y = view.value(0), view.value(1), view.value(2)
+    if cond is not None and x is not None and y is not None:
+        lists = [v if isinstance(v, list) else [v] for v in (cond, x, y)]
+        length = max(len(v) for v in lists)
+        if all(len(v) in (1, length) for v in lists):
+            picked: list[Dim] = []
+            for i in range(length):
+                c, a, b = (v[0] if len(v) == 1 else v[i] for v in lists)
+                picked.append(None if c is None else (a if c else b))
+            out.value = picked if any(isinstance(v, list) for v in (cond, x, y)) else picked[0]
+            out.has_value = True
+    return [out]
+
+
+# linear algebra ---------------------------------------------------------------------------------
+@rule("MatMul", "MatMulInteger", "QLinearMatMul")
+def _matmul(view: NodeView) -> list[Info | None]:
+    a_index, b_index = (0, 3) if view.op == "QLinearMatMul" else (0, 1)
+    a, b = view.shape(a_index), view.shape(b_index)
+    dtype = {"MatMulInteger": TensorProto.INT32}.get(view.op, view.dtype(a_index))
+    if view.op == "QLinearMatMul":
+        dtype = view.dtype(7)
+    if a is None or b is None or not a or not b:
+        return [None]
+    rows = a[-2:-1] if len(a) > 1 else []
+    cols = b[-1:] if len(b) > 1 else []
+    batch = broadcast(a[:-2], b[:-2]) or []
+    return [Info(dtype, [*batch, *rows, *cols])]
+
+
+@rule("Gemm")
+def _gemm(view: NodeView) -> list[Info | None]:
+    a, b = view.shape(0), view.shape(1)
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return [None]
+    m = a[1] if view.attrs.get("transA", 0) else a[0]
+    n = b[0] if view.attrs.get("transB", 0) else b[1]
+    return [Info(view.dtype(0), [m, n])]
+
+
+@rule("Einsum")
+def _einsum(view: NodeView) -> list[Info | None]:
+    equation = str(view.attrs.get("equation", "")).replace(" ", "")
+    if "->" not in equation or "..." in equation:
+        return [None]
+    lhs, rhs = equation.split("->")
+    letters: dict[str, Dim] = {}
+    for i, term in enumerate(lhs.split(",")):
+        shape = view.shape(i)
+        if shape is None or len(shape) != len(term):
+            return [None]
+        for letter, dim in zip(term, shape, strict=True):
+            if letters.get(letter) in (None, 1):
+                letters[letter] = dim
+    return [Info(view.dtype(0), [letters.get(c) for c in rhs])]
+
+
+# convolution and pooling ----------------------------------------------------------------------------
+def _spatial(view: NodeView, x: Shape, kernel: Sequence[Dim], *, ceil_mode: bool = False) -> Shape:
+    rank = len(kernel)
+    spatial = x[2:]
+    strides = list(view.attrs.get("strides", [1] * rank))
+    dilations = list(view.attrs.get("dilations", [1] * rank))
+    auto_pad = view.attrs.get("auto_pad", "NOTSET")
+    auto_pad = auto_pad.decode() if isinstance(auto_pad, bytes) else str(auto_pad)
+    out: Shape = []
+    for i in range(rank):
+        size, k = spatial[i], kernel[i]
+        if size is None or k is None:
+            out.append(None)
+            continue
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(ceil_div(size, strides[i]))
+            continue
+        pads = [0] * (2 * rank) if auto_pad == "VALID" else list(view.attrs.get("pads", [0] * (2 * rank)))
+        span = dim_add(dim_sub(dim_add(size, pads[i] + pads[i + rank]), mul(dilations[i], dim_sub(k, 1))), -1)
+        out.append(dim_add(ceil_div(span, strides[i]) if ceil_mode else floor_div(span, strides[i]), 1))
+    return out
+
+
+@rule("Conv", "ConvInteger", "QLinearConv")
+def _conv(view: NodeView) -> list[Info | None]:
+    x_index, w_index = (0, 3) if view.op == "QLinearConv" else (0, 1)
+    x, w = view.shape(x_index), view.shape(w_index)
+    if x is None or len(x) < 3:
+        return [None]
+    kernel = list(view.attrs.get("kernel_shape", [])) or (w[2:] if w else None)
+    if kernel is None or len(kernel) != len(x) - 2:
+        return [None]
+    channels = w[0] if w else None
+    dtype = view.dtype(7) if view.op == "QLinearConv" else (
+        TensorProto.INT32 if view.op == "ConvInteger" else view.dtype(0))
+    return [Info(dtype, [x[0], channels, *_spatial(view, x, kernel)])]
+
+
+@rule("ConvTranspose")
+def _conv_transpose(view: NodeView) -> list[Info | None]:
+    x, w = view.shape(0), view.shape(1)
+    if x is None or w is None or len(x) < 3 or len(w) != len(x):
+        return [None]
+    rank = len(x) - 2
+    group = int(view.attrs.get("group", 1))
+    channels = mul(w[1], group) if w[1] is not None else None
+    output_shape = view.attrs.get("output_shape")
+    if output_shape:
+        return [Info(view.dtype(0), [x[0], channels, *[int(d) for d in output_shape][-rank:]])]
+    kernel = list(view.attrs.get("kernel_shape", [])) or w[2:]
+    strides = list(view.attrs.get("strides", [1] * rank))
+    dilations = list(view.attrs.get("dilations", [1] * rank))
+    pads = list(view.attrs.get("pads", [0] * (2 * rank)))
+    output_padding = list(view.attrs.get("output_padding", [0] * rank))
+    spatial: Shape = []
+    for i in range(rank):
+        size, k = x[2 + i], kernel[i]
+        if size is None or k is None:
+            spatial.append(None)
+            continue
+        value = dim_add(mul(strides[i], dim_sub(size, 1)), output_padding[i])
+        value = dim_add(value, dim_add(mul(dilations[i], dim_sub(k, 1)), 1))
+        spatial.append(dim_sub(value, pads[i] + pads[i + rank]))
+    return [Info(view.dtype(0), [x[0], channels, *spatial])]
+
+
+@rule("MaxPool", "AveragePool", "LpPool")
+def _pool(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    kernel = list(view.attrs.get("kernel_shape", []))
+    if x is None or len(x) < 3 or len(kernel) != len(x) - 2:
+        return [None] * view.n_outputs
+    shape = [x[0], x[1], *_spatial(view, x, kernel, ceil_mode=bool(view.attrs.get("ceil_mode", 0)))]
+    out: list[Info | None] = [Info(view.dtype(0), shape)]
+    if view.n_outputs > 1:
+        out.append(Info(TensorProto.INT64, list(shape)))
+    return out
+
+
+@rule("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
+def _global_pool(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None or len(x) < 2:
+        return [None]
+    return [Info(view.dtype(0), [x[0], x[1], *[1] * (len(x) - 2)])]
+
+
+@rule("BatchNormalization")
+def _batch_norm(view: NodeView) -> list[Info | None]:
+    return _same(view)
+
+
+@rule("LayerNormalization", "RMSNormalization")
+def _layer_norm(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    out: list[Info | None] = [Info(view.dtype(0), x)]
+    if x is not None:
+        axis = _axis(int(view.attrs.get("axis", -1)), len(x))
+        stats = None if axis is None else [*x[:axis], *[1] * (len(x) - axis)]
+        out += [Info(TensorProto.FLOAT, stats) for _ in range(view.n_outputs - 1)]
+    return out + [None] * (view.n_outputs - len(out))
+
+
+@rule("Dropout")
+def _dropout(view: NodeView) -> list[Info | None]:
+    shape = view.shape(0)
+    out: list[Info | None] = [Info(view.dtype(0), shape), Info(TensorProto.BOOL, shape)]
+    return out[:view.n_outputs]
+
+
+# shape manipulation -------------------------------------------------------------------------------
+@rule("Shape")
+def _shape(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    rank = len(x)
+    start = int(view.attrs.get("start", 0))
+    end = int(view.attrs.get("end", rank))
+    start, end = (max(0, min(rank, s + rank if s < 0 else s)) for s in (start, end))
+    return [Info.of_value(TensorProto.INT64, list(x[start:end]))]
+
+
+@rule("Size")
+def _size(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    out = Info(TensorProto.INT64, [])
+    if x is not None:
+        out.value, out.has_value = product(x), True
+    return [out]
+
+
+@rule("Reshape")
+def _reshape(view: NodeView) -> list[Info | None]:
+    x, target = view.shape(0), view.dims(1)
+    if target is None:
+        target_shape = view.shape(1)
+        if target_shape is None or len(target_shape) != 1 or not isinstance(target_shape[0], int):
+            return [None]
+        return [Info(view.dtype(0), [None] * target_shape[0])]
+    allow_zero = bool(view.attrs.get("allowzero", 0))
+    out: Shape = []
+    for i, d in enumerate(target):
+        if d == 0 and not allow_zero:
+            out.append(x[i] if x is not None and i < len(x) else None)
+        else:
+            out.append(d)
+    if -1 in out:
+        rest = [d for d in out if d != -1]
+        total = product(x) if x is not None else None
+        known_rest = product(rest)
+        index = out.index(-1)
+        out[index] = floor_div(total, known_rest) if total is not None and known_rest not in (None, 0) else None
+    result = Info(view.dtype(0), out)
+    if view.value(0) is not None:
+        result.value, result.has_value = view.value(0), True
+    return [result]
+
+
+@rule("Flatten")
+def _flatten(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    axis = int(view.attrs.get("axis", 1))
+    axis = axis + len(x) if axis < 0 else axis
+    return [Info(view.dtype(0), [product(x[:axis]), product(x[axis:])])]
+
+
+@rule("Transpose")
+def _transpose(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    perm = list(view.attrs.get("perm", range(len(x) - 1, -1, -1)))
+    if sorted(perm) != list(range(len(x))):
+        return [None]
+    return [Info(view.dtype(0), [x[p] for p in perm])]
+
+
+def _axes(view: NodeView, input_index: int) -> list[int] | None:
+    """Axes from the attribute (older opsets) or the input (newer)."""
+    if "axes" in view.attrs:
+        return [int(a) for a in view.attrs["axes"]]
+    if view.has_input(input_index):
+        return view.ints(input_index)
+    return []
+
+
+@rule("Squeeze")
+def _squeeze(view: NodeView) -> list[Info | None]:
+    x, axes = view.shape(0), _axes(view, 1)
+    if x is None or axes is None:
+        return [None]
+    if not axes:
+        if not all(isinstance(d, int) for d in x):
+            return [None]
+        kept = [d for d in x if d != 1]
+    else:
+        drop = {_axis(a, len(x)) for a in axes}
+        kept = [d for i, d in enumerate(x) if i not in drop]
+    out = Info(view.dtype(0), kept)
+    value = view.value(0)
+    if value is not None:
+        out.value, out.has_value = (value[0] if isinstance(value, list) and len(value) == 1 and not kept
+                                    else value), True
+    return [out]
+
+
+@rule("Unsqueeze")
+def _unsqueeze(view: NodeView) -> list[Info | None]:
+    x, axes = view.shape(0), _axes(view, 1)
+    if x is None or axes is None:
+        return [None]
+    rank = len(x) + len(axes)
+    positions = sorted(a + rank if a < 0 else a for a in axes)
+    shape: Shape = list(x)
+    for p in positions:
+        shape.insert(p, 1)
+    out = Info(view.dtype(0), shape)
+    value = view.value(0)
+    if value is not None and len(shape) <= 1:
+        out.value, out.has_value = (value if isinstance(value, list) else [value]), True
+    return [out]
+
+
+@rule("Concat")
+def _concat(view: NodeView) -> list[Info | None]:
+    shapes = [view.shape(i) for i in range(len(view.inputs))]
+    if any(s is None for s in shapes) or not shapes:
+        return [None]
+    rank = len(shapes[0])  # type: ignore[arg-type]
+    axis = _axis(int(view.attrs.get("axis", 0)), rank)
+    if axis is None or any(len(s) != rank for s in shapes):  # type: ignore[arg-type]
+        return [None]
+    out_shape: Shape = []
+    for i in range(rank):
+        dims = [s[i] for s in shapes]  # type: ignore[index]
+        out_shape.append(_sum(dims) if i == axis else next((d for d in dims if d is not None), None))
+    out = Info(view.dtype(0), out_shape)
+    values = [view.value(i) for i in range(len(view.inputs))]
+    if rank == 1 and all(v is not None for v in values):
+        flat: list[Dim] = []
+        for v in values:
+            flat.extend(v if isinstance(v, list) else [v])
+        if len(flat) <= MAX_VALUE_LENGTH:
+            out.value, out.has_value = flat, True
+    return [out]
+
+
+def _sum(dims: Sequence[Dim]) -> Dim:
+    total: DimValue = 0
+    for d in dims:
+        if d is None:
+            return None
+        total = dim_add(total, d)
+    return total
+
+
+@rule("Split")
+def _split(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None] * view.n_outputs
+    axis = _axis(int(view.attrs.get("axis", 0)), len(x))
+    if axis is None:
+        return [None] * view.n_outputs
+    sizes: list[Dim] | None
+    if "split" in view.attrs:
+        sizes = [int(s) for s in view.attrs["split"]]
+    elif view.has_input(1):
+        sizes = view.dims(1)
+    else:
+        dim = x[axis]
+        n = int(view.attrs.get("num_outputs", view.n_outputs))
+        if dim is None:
+            sizes = None
+        elif view.opset >= 18 and "num_outputs" in view.attrs:
+            chunk = ceil_div(dim, n)
+            chunks: list[Dim] = [chunk] * (n - 1)
+            chunks.append(dim_sub(dim, mul(chunk, n - 1)))
+            sizes = chunks
+        else:
+            sizes = [floor_div(dim, n)] * n
+    if sizes is None or len(sizes) != view.n_outputs:
+        return [None] * view.n_outputs
+    return [Info(view.dtype(0), [*x[:axis], size, *x[axis + 1:]]) for size in sizes]
+
+
+def _slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
+    if dim is None or start is None or end is None:
+        return None
+    if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
+        return len(range(*slice(start, end, step).indices(dim)))
+    if step > 0:
+        begin = dim_add(dim, start) if isinstance(start, int) and start < 0 else start
+        stop = dim if isinstance(end, int) and end >= _TO_THE_END else (
+            dim_add(dim, end) if isinstance(end, int) and end < 0 else end)
+        return ceil_div(dim_sub(stop, begin), step)
+    begin = dim_add(dim, start) if isinstance(start, int) and start < 0 else (
+        dim_sub(dim, 1) if isinstance(start, int) and start >= _TO_THE_END else start)
+    stop = -1 if isinstance(end, int) and end <= -_TO_THE_END else (
+        dim_add(dim, end) if isinstance(end, int) and end < 0 else end)
+    return ceil_div(dim_sub(begin, stop), -step)
+
+
+@rule("Slice")
+def _slice(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    if view.opset < 10:
+        starts = list(view.attrs.get("starts", []))
+        ends = list(view.attrs.get("ends", []))
+        axes = list(view.attrs.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts_v, ends_v = view.dims(1), view.dims(2)
+        axes_v = view.ints(3) if view.has_input(3) else None
+        steps_v = view.ints(4) if view.has_input(4) else None
+        if starts_v is None or ends_v is None or (view.has_input(3) and axes_v is None) or \
+                (view.has_input(4) and steps_v is None):
+            return [Info(view.dtype(0), [None] * len(x))]
+        starts, ends = starts_v, ends_v
+        axes = axes_v if axes_v is not None else list(range(len(starts)))
+        steps = steps_v if steps_v is not None else [1] * len(starts)
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return [None]
+    shape: Shape = list(x)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        a = _axis(int(axis), len(x))
+        if a is None or step == 0:
+            return [None]
+        shape[a] = _slice_length(x[a], start, end, int(step))
+    out = Info(view.dtype(0), shape)
+    value = view.value(0)
+    if isinstance(value, list) and len(x) == 1 and all(isinstance(v, int) for v in (*starts, *ends)):
+        picked = value[slice(int(starts[0]), int(ends[0]), int(steps[0]))]  # type: ignore[arg-type]
+        out.value, out.has_value = picked, True
+    return [out]
+
+
+@rule("Gather")
+def _gather(view: NodeView) -> list[Info | None]:
+    data, indices = view.shape(0), view.shape(1)
+    if data is None or indices is None:
+        return [None]
+    axis = _axis(int(view.attrs.get("axis", 0)), len(data))
+    if axis is None:
+        return [None]
+    out = Info(view.dtype(0), [*data[:axis], *indices, *data[axis + 1:]])
+    value, picks = view.value(0), view.ints(1)
+    if isinstance(value, list) and picks is not None and len(data) == 1:
+        try:
+            chosen: list[Dim] = [value[p] for p in picks]
+        except IndexError:
+            return [out]
+        out.value, out.has_value = (chosen if indices else chosen[0]), True
+    return [out]
+
+
+@rule("GatherElements")
+def _gather_elements(view: NodeView) -> list[Info | None]:
+    return [Info(view.dtype(0), view.shape(1))]
+
+
+@rule("ScatterND", "ScatterElements", "Scatter")
+def _scatter(view: NodeView) -> list[Info | None]:
+    return _same(view)
+
+
+@rule("Expand")
+def _expand(view: NodeView) -> list[Info | None]:
+    target = view.dims(1)
+    if target is None:
+        return [None]
+    out = Info(view.dtype(0), broadcast(view.shape(0), target))
+    value = view.value(0)
+    if value is not None and out.shape is not None and len(out.shape) <= 1:
+        items = value if isinstance(value, list) else [value]
+        length = out.shape[0] if out.shape else 1
+        if isinstance(length, int) and length <= MAX_VALUE_LENGTH and len(items) in (1, length):
+            expanded: list[Dim] = list(items) * length if len(items) == 1 else list(items)
+            out.value, out.has_value = (expanded if out.shape else expanded[0]), True
+    return [out]
+
+
+@rule("Tile")
+def _tile(view: NodeView) -> list[Info | None]:
+    x, repeats = view.shape(0), view.dims(1)
+    if x is None or repeats is None or len(repeats) != len(x):
+        return [None]
+    return [Info(view.dtype(0), [None if d is None or r is None else mul(d, r) for d, r in zip(x, repeats,
+                                                                                              strict=True)])]
+
+
+@rule("ConstantOfShape")
+def _constant_of_shape(view: NodeView) -> list[Info | None]:
+    target = view.dims(0)
+    value = view.attrs.get("value")
+    dtype = int(value.data_type) if value is not None and hasattr(value, "data_type") else TensorProto.FLOAT
+    if target is None:
+        return [None]
+    out = Info(dtype, list(target))
+    if value is not None and len(target) == 1 and isinstance(target[0], int) and \
+            target[0] <= MAX_VALUE_LENGTH and _is_int_type(dtype):
+        from onnx import numpy_helper
+        fill = int(numpy_helper.to_array(value).reshape(-1)[0])
+        out.value, out.has_value = [fill] * target[0], True
+    return [out]
+
+
+@rule("Range")
+def _range(view: NodeView) -> list[Info | None]:
+    start, limit, delta = view.value(0), view.value(1), view.value(2)
+    if not all(isinstance(v, (int, Expr)) for v in (start, limit, delta)) or not isinstance(delta, int) \
+            or delta == 0:
+        return [Info(view.dtype(0), [None])]
+    assert start is not None and limit is not None and not isinstance(start, list) and \
+        not isinstance(limit, list)
+    length = ceil_div(dim_sub(limit, start), delta) if delta > 0 else ceil_div(dim_sub(start, limit), -delta)
+    if isinstance(length, int):
+        length = max(length, 0)
+    out = Info(view.dtype(0), [length])
+    if isinstance(length, int) and isinstance(start, int) and length <= MAX_VALUE_LENGTH:
+        out.value, out.has_value = [start + i * delta for i in range(length)], True
+    return [out]
+
+
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+
+
+@rule(*_REDUCE)
+def _reduce(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    axes = _axes(view, 1)
+    if axes is None:
+        return [Info(view.dtype(0), None)]
+    keep = bool(view.attrs.get("keepdims", 1))
+    if not axes:
+        if view.attrs.get("noop_with_empty_axes", 0):
+            return [Info(view.dtype(0), list(x))]
+        axes = list(range(len(x)))
+    chosen = {_axis(a, len(x)) for a in axes}
+    shape = [1 if i in chosen else d for i, d in enumerate(x)] if keep else \
+        [d for i, d in enumerate(x) if i not in chosen]
+    out = Info(view.dtype(0), shape)
+    value = view.value(0)
+    if view.op == "ReduceProd" and isinstance(value, list) and len(x) == 1:
+        out.value, out.has_value = (product(value) if not keep else [product(value)]), True
+    return [out]
+
+
+@rule("ArgMax", "ArgMin")
+def _argmax(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    axis = _axis(int(view.attrs.get("axis", 0)), len(x))
+    keep = bool(view.attrs.get("keepdims", 1))
+    shape = [1 if i == axis else d for i, d in enumerate(x)] if keep else [d for i, d in enumerate(x)
+                                                                         if i != axis]
+    return [Info(TensorProto.INT64, shape)]
+
+
+@rule("TopK")
+def _topk(view: NodeView) -> list[Info | None]:
+    x, k = view.shape(0), view.dims(1)
+    if x is None:
+        return [None, None]
+    axis = _axis(int(view.attrs.get("axis", -1)), len(x))
+    size = k[0] if k else None
+    shape = [size if i == axis else d for i, d in enumerate(x)]
+    return [Info(view.dtype(0), shape), Info(TensorProto.INT64, list(shape))]
+
+
+@rule("Pad")
+def _pad(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    pads = list(view.attrs["pads"]) if "pads" in view.attrs else view.dims(1)
+    axes = view.ints(3) if view.has_input(3) else list(range(len(x)))
+    if pads is None or axes is None or len(pads) != 2 * len(axes):
+        return [Info(view.dtype(0), [None] * len(x))]
+    shape: Shape = list(x)
+    for i, axis in enumerate(axes):
+        a = _axis(axis, len(x))
+        if a is None:
+            return [None]
+        before, after = pads[i], pads[i + len(axes)]
+        shape[a] = None if shape[a] is None or before is None or after is None else \
+            dim_add(dim_add(shape[a], before), after)  # type: ignore[arg-type]
+    return [Info(view.dtype(0), shape)]
+
+
+@rule("Resize", "Upsample")
+def _resize(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    sizes = view.dims(3) if view.op == "Resize" and view.has_input(3) else None
+    if sizes is not None and len(sizes) == len(x):
+        return [Info(view.dtype(0), list(sizes))]
+    scales = view.attrs.get("scales") if "scales" in view.attrs else \
+        view.floats((1 if view.opset < 11 else 2) if view.op == "Resize" else 1)
+    if scales is None or len(scales) != len(x):
+        return [Info(view.dtype(0), [None] * len(x))]
+    shape: Shape = []
+    for d, s in zip(x, scales, strict=True):
+        if d is None:
+            shape.append(None)
+        elif isinstance(d, int):
+            shape.append(math.floor(d * s + 1e-9))
+        elif float(s).is_integer():
+            shape.append(mul(d, int(s)))
+        else:
+            shape.append(None)
+    return [Info(view.dtype(0), shape)]
+
+
+@rule("DepthToSpace", "SpaceToDepth")
+def _depth_space(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    b = int(view.attrs.get("blocksize", 1))
+    if x is None or len(x) != 4 or any(d is None for d in x):
+        return [None]
+    n, c, h, w = x
+    assert c is not None and h is not None and w is not None
+    if view.op == "DepthToSpace":
+        return [Info(view.dtype(0), [n, floor_div(c, b * b), mul(h, b), mul(w, b)])]
+    return [Info(view.dtype(0), [n, mul(c, b * b), floor_div(h, b), floor_div(w, b)])]
+
+
+@rule("NonZero")
+def _nonzero(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    return [Info(TensorProto.INT64, None if x is None else [len(x), view.fresh("nonzero")])]
+
+
+@rule("OneHot")
+def _one_hot(view: NodeView) -> list[Info | None]:
+    indices, depth = view.shape(0), view.dims(1)
+    if indices is None:
+        return [None]
+    axis = int(view.attrs.get("axis", -1))
+    rank = len(indices) + 1
+    axis = axis + rank if axis < 0 else axis
+    shape: Shape = list(indices)
+    shape.insert(axis, depth[0] if depth else None)
+    return [Info(view.dtype(2), shape)]
+
+
+def constant_value(array: np.ndarray) -> Value:
+    """The tracked value of a constant: small integer scalars and 1-D vectors."""
+    if array.dtype.kind not in "iub" or array.ndim > 1 or array.size > MAX_VALUE_LENGTH:
+        return None
+    if array.ndim == 0:
+        return int(array)
+    return [int(v) for v in array]

@@ -1,0 +1,455 @@
+"""Symbolic shape inference: every tensor's dims as expressions in the input dims (``batch``, ``seq``,
+``seq*2``, ``(h - 3)//2 + 1``), for the ``shapes``, ``profile``, ``memory`` and ``compute-graph`` commands.
+
+One walk over the main graph in topological order applies :mod:`gsrewrite.graph.shape_rules` to the standard
+ops (tracking the values of the small integer tensors exporters compute shapes with: ``Shape -> Gather ->
+Concat -> Reshape`` gives ``[batch, seq, 12, 64]``, not four unknowns) and asks the ``gsrewrite_infer_shape``
+plugin handlers about custom-domain ops, with symbolic dims in the shapes they get. Where neither knows an
+output (an op without a rule, a control-flow op), the answer of ONNX's own inference (run once first, through
+:func:`gsrewrite.graph.shapes.infer_shapes`, the one entry point) is used, its unnamed dims becoming fresh
+symbols. A dim ONNX knows statically wins over an expression.
+
+Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
+``INPUT_AXIS`` symbol) or from the caller (:func:`parse_input_shapes`: ``ids:2,seq`` sets an input's dims,
+``seq=128`` binds a symbol everywhere).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import numpy_helper
+
+from gsrewrite import plugin_hooks
+from gsrewrite.errors import UsageError
+from gsrewrite.graph import symdim
+from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
+from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
+from gsrewrite.graph.shapes import infer_shapes as infer_types
+from gsrewrite.graph.symdim import DimValue, Expr
+
+log = logging.getLogger(__name__)
+
+#: initializers up to this many elements are read (values of shape arithmetic, Resize scales)
+SMALL_CONSTANT = MAX_VALUE_LENGTH
+
+
+@dataclass
+class SymbolicShapes:
+    """The result: what is known of every tensor of the main graph."""
+
+    tensors: dict[str, Info]
+    #: symbol -> where it comes from (``input_ids[1]``; ``onnx`` for dims only ONNX inference named)
+    symbols: dict[str, str] = field(default_factory=dict)
+    #: symbols bound to values by the caller (``seq=128``)
+    bindings: dict[str, int] = field(default_factory=dict)
+    #: tensors whose shape is unknown (rank or some dim)
+    unknown: list[str] = field(default_factory=list)
+    #: nodes whose outputs came from ONNX's inference, not a rule or handler
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    def shape(self, name: str) -> Shape | None:
+        info = self.tensors.get(name)
+        return None if info is None or info.shape is None else list(info.shape)
+
+    def dtype(self, name: str) -> int:
+        info = self.tensors.get(name)
+        return 0 if info is None else info.dtype
+
+    def concrete(self, name: str, bindings: Mapping[str, int]) -> tuple[int, ...] | None:
+        """The shape of ``name`` with the symbols bound (``None`` when a dim is unknown or unbound)."""
+        shape = self.shape(name)
+        if shape is None or any(d is None for d in shape):
+            return None
+        try:
+            return tuple(symdim.evaluate(d, {**self.bindings, **bindings}) for d in shape if d is not None)
+        except KeyError:
+            return None
+
+    def free_symbols(self) -> list[str]:
+        names: set[str] = set()
+        for info in self.tensors.values():
+            for d in info.shape or ():
+                if isinstance(d, Expr):
+                    names |= d.symbols()
+        return sorted(names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "symbols": dict(sorted(self.symbols.items())),
+            "inputs": {n: shape_text(self.shape(n)) for n in self.inputs},
+            "outputs": {n: shape_text(self.shape(n)) for n in self.outputs},
+            "tensors": {n: {"dtype": _dtype_name(i.dtype), "shape": shape_text(i.shape)}
+                        for n, i in self.tensors.items()},
+            "unknown": list(self.unknown),
+        }
+
+
+def shape_text(shape: Sequence[Dim] | None) -> list[str | int] | None:
+    """A shape for JSON: ints stay ints, expressions become text, unknown dims ``?``."""
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) else symdim.text(d) for d in shape]
+
+
+def _dtype_name(dtype: int) -> str | None:
+    return onnx.TensorProto.DataType.Name(dtype).lower() if dtype else None
+
+
+# input shapes ------------------------------------------------------------------------------------
+@dataclass
+class InputShapes:
+    """``--input-shape`` values: per-input dims and symbol bindings."""
+
+    shapes: dict[str, list[DimValue]] = field(default_factory=dict)
+    bindings: dict[str, int] = field(default_factory=dict)
+
+
+def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
+    """``NAME:D1,D2,...`` (dims are ints or expressions: ``ids:2,seq``) or ``SYMBOL=INT`` (``seq=128``)."""
+    result = InputShapes()
+    for spec in specs:
+        if ":" in spec:
+            name, _, dims_text = spec.rpartition(":")
+            dims_text = dims_text.strip().strip("[]()")
+            try:
+                dims = [symdim.parse(d) for d in dims_text.split(",") if d.strip()] if dims_text else []
+            except (ValueError, ZeroDivisionError) as exc:
+                raise UsageError(f"--input-shape {spec!r}: {exc}") from None
+            if any(isinstance(d, int) and d < 0 for d in dims):
+                raise UsageError(f"--input-shape {spec!r}: a dim is negative")
+            result.shapes[name.strip()] = dims
+        elif "=" in spec:
+            name, _, value = spec.partition("=")
+            try:
+                result.bindings[name.strip()] = int(value)
+            except ValueError:
+                raise UsageError(f"--input-shape {spec!r}: the value of {name.strip()!r} is not an integer") \
+                    from None
+            if result.bindings[name.strip()] < 0:
+                raise UsageError(f"--input-shape {spec!r}: the value is negative")
+        else:
+            raise UsageError(f"--input-shape {spec!r}: expected NAME:D1,D2,... or SYMBOL=INT")
+    return result
+
+
+# the walk ----------------------------------------------------------------------------------------
+def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None) -> SymbolicShapes:
+    """Symbolic shapes of every main-graph tensor of ``model`` (see the module docstring); the model is not
+    modified."""
+    given = input_shapes or InputShapes()
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    known_inputs = {i.name for i in graph.input}
+    unknown_names = sorted(set(given.shapes) - known_inputs)
+    if unknown_names:
+        raise UsageError(f"--input-shape names {unknown_names[0]!r}, which is not an input of the model "
+                         f"(inputs: {', '.join(i.name for i in graph.input if i.name not in initializers)})")
+    walk = _Walk(model, given)
+    walk.run()
+    return walk.result
+
+
+class _Walk:
+    def __init__(self, model: onnx.ModelProto, given: InputShapes) -> None:
+        self.model = model
+        self.given = given
+        self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+        self.tensors: dict[str, Info] = {}
+        self.symbols: dict[str, str] = {}
+        self.fresh_count = 0
+        self.fallback_ops: dict[str, int] = {}
+        self.baseline: dict[str, Info] = {}
+
+    # symbols -------------------------------------------------------------------------------------
+    def fresh(self, hint: str) -> Expr:
+        self.fresh_count += 1
+        name = f"{_identifier(hint)}_{self.fresh_count}"
+        self.symbols[name] = hint
+        return symdim.sym(name)
+
+    def _bind(self, value: DimValue) -> DimValue:
+        if not self.given.bindings or isinstance(value, int):
+            return value
+        names = value.symbols()
+        if names and names <= set(self.given.bindings):
+            return symdim.evaluate(value, self.given.bindings)
+        return value
+
+    def _dim_of(self, dim: onnx.TensorShapeProto.Dimension, where: str) -> DimValue:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return int(dim.dim_value)
+        if dim.HasField("dim_param") and dim.dim_param:
+            value = symdim.from_dim_param(dim.dim_param)
+            for name in symdim.symbols(value):
+                self.symbols.setdefault(name, where)
+            return self._bind(value)
+        return self._bind(self.fresh(where))
+
+    def _type_info(self, value_info: onnx.ValueInfoProto, where: str) -> Info:
+        tensor_type = value_info.type.tensor_type
+        if not value_info.type.HasField("tensor_type"):
+            return Info()
+        shape: Shape | None = None
+        if tensor_type.HasField("shape"):
+            shape = [self._dim_of(d, f"{where}[{i}]") for i, d in enumerate(tensor_type.shape.dim)]
+        return Info(int(tensor_type.elem_type), shape)
+
+    # the walk ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        graph = self.model.graph
+        for init in graph.initializer:
+            self.tensors[init.name] = _constant_info(init)
+        for value_info in graph.input:
+            if value_info.name in self.tensors:
+                continue
+            info = self._type_info(value_info, value_info.name)
+            if value_info.name in self.given.shapes:
+                dims = [self._bind(d) for d in self.given.shapes[value_info.name]]
+                for d in dims:
+                    for name in symdim.symbols(d):
+                        self.symbols.setdefault(name, value_info.name)
+                info.shape = list(dims)
+            self.tensors[value_info.name] = info
+        self._baseline()
+        for node in _topological(graph):
+            self._visit(node)
+        used: set[str] = set()
+        for info in self.tensors.values():
+            for dim in info.shape or ():
+                used |= symdim.symbols(dim) if dim is not None else set()
+        self.result = SymbolicShapes(
+            tensors=self.tensors, symbols={k: v for k, v in self.symbols.items() if k in used},
+            bindings=dict(self.given.bindings),
+            fallback_ops=self.fallback_ops,
+            inputs=[i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}],
+            outputs=[o.name for o in graph.output])
+        self.result.unknown = [n for n, i in self.tensors.items()
+                               if i.shape is None or any(d is None for d in i.shape)]
+
+    def _baseline(self) -> None:
+        """ONNX's inference (and the handlers) on a data-free copy, with the given input dims."""
+        skeleton = _skeleton(self.model, {name: info.shape for name, info in self.tensors.items()
+                                          if name in self.given.shapes})
+        inferred = infer_types(skeleton)
+        for value_info in (*inferred.graph.value_info, *inferred.graph.output):
+            if value_info.name not in self.baseline:
+                self.baseline[value_info.name] = self._type_info(value_info, value_info.name)
+
+    def _visit(self, node: onnx.NodeProto) -> None:
+        domain = "" if node.domain == "ai.onnx" else node.domain
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+        if node.op_type == "Constant" and domain == "":
+            self._constant_node(node, attrs)
+            return
+        inputs = [self.tensors.get(name) if name else None for name in node.input]
+        outputs: list[Info | None] = [None] * len(node.output)
+        try:
+            if domain == "" and node.op_type in RULES:
+                view = NodeView(node.op_type, inputs, attrs, self.opsets.get("", 0), len(node.output),
+                                self.fresh)
+                outputs = list(RULES[node.op_type](view)) + [None] * len(node.output)
+            elif domain not in STANDARD_DOMAINS:
+                outputs = self._ask_handlers(node, inputs, attrs) + [None] * len(node.output)
+        except Exception as exc:  # a rule meeting a shape it did not expect: unknown, not an error
+            log.debug("shape rule for %s (%s) failed: %s", node.name, node.op_type, exc)
+        for name, info in zip(node.output, outputs, strict=False):
+            if not name:
+                continue
+            merged = self._merge(info, self.baseline.get(name))
+            if info is None or info.shape is None:
+                self.fallback_ops[node.op_type] = self.fallback_ops.get(node.op_type, 0) + 1
+            self.tensors[name] = merged
+
+    def _merge(self, mine: Info | None, onnx_info: Info | None) -> Info:
+        if mine is None:
+            return onnx_info or Info()
+        if onnx_info is None:
+            return mine
+        dtype = mine.dtype or onnx_info.dtype
+        shape = mine.shape
+        if shape is None:
+            shape = onnx_info.shape
+        elif onnx_info.shape is not None and len(onnx_info.shape) == len(shape):
+            shape = [o if (d is None or (isinstance(o, int) and not isinstance(d, int))) else d
+                     for d, o in zip(shape, onnx_info.shape, strict=True)]
+        return Info(dtype, shape, mine.value, mine.has_value, mine.floats)
+
+    def _constant_node(self, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
+        for attr in node.attribute:
+            if attr.name == "value" and attr.HasField("t"):
+                self.tensors[node.output[0]] = _constant_info(attr.t)
+                return
+            if attr.name in ("value_int", "value_ints"):
+                value = np.array(attrs[attr.name], dtype=np.int64)
+                self.tensors[node.output[0]] = Info(onnx.TensorProto.INT64, list(value.shape),
+                                                    constant_value(value), True)
+                return
+            if attr.name in ("value_float", "value_floats"):
+                value = np.array(attrs[attr.name], dtype=np.float32)
+                self.tensors[node.output[0]] = Info(onnx.TensorProto.FLOAT, list(value.shape),
+                                                    floats=[float(v) for v in value.reshape(-1)])
+                return
+        self.tensors[node.output[0]] = self.baseline.get(node.output[0], Info())
+
+    def _ask_handlers(self, node: onnx.NodeProto, inputs: list[Info | None],
+                      attrs: dict[str, Any]) -> list[Info | None]:
+        gs_inputs: list[gs.Tensor] = []
+        for name, info in zip(node.input, inputs, strict=True):
+            if not name:
+                gs_inputs.append(gs.Variable.empty())
+                continue
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(info.dtype) if info is not None and info.dtype \
+                else None
+            shape = None if info is None or info.shape is None else list(info.shape)
+            gs_inputs.append(gs.Variable(name, dtype=dtype, shape=shape))
+        gs_node = gs.Node(node.op_type, node.name, attrs=attrs, inputs=gs_inputs,
+                          outputs=[gs.Variable(o) for o in node.output], domain=node.domain)
+        answer = plugin_hooks.infer_shape(gs_node, ShapeContext(dict(self.opsets))) or ()
+        out: list[Info | None] = []
+        for known in answer:
+            if known is None:
+                out.append(None)
+                continue
+            answer_dtype, answer_shape = known
+            elem = 0 if answer_dtype is None else (
+                int(answer_dtype) if isinstance(answer_dtype, int) else
+                onnx.helper.np_dtype_to_tensor_dtype(np.dtype(answer_dtype)))
+            out.append(Info(elem, None if answer_shape is None else [_as_dim(d) for d in answer_shape]))
+        return out
+
+
+def _as_dim(d: object) -> Dim:
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool):
+        return int(d)
+    if isinstance(d, Expr):
+        return d
+    if isinstance(d, str):
+        return symdim.from_dim_param(d)
+    return None
+
+
+def _identifier(text: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in text).strip("_") or "d"
+    return cleaned if not cleaned[0].isdigit() else f"d{cleaned}"
+
+
+def _constant_info(tensor: onnx.TensorProto) -> Info:
+    dims = [int(d) for d in tensor.dims]
+    info = Info(int(tensor.data_type), list(dims))
+    size = int(np.prod(dims)) if dims else 1
+    if size <= SMALL_CONSTANT and tensor.data_location != onnx.TensorProto.EXTERNAL:
+        try:
+            array = numpy_helper.to_array(tensor)
+        except Exception:  # unreadable data: the shape is still known
+            return info
+        if array.dtype.kind in "iub":
+            info.value = constant_value(array)
+            info.has_value = info.value is not None
+        elif array.dtype.kind == "f":
+            info.floats = [float(v) for v in array.reshape(-1)]
+    return info
+
+
+def _attr_value(attr: onnx.AttributeProto) -> Any:
+    if attr.type == onnx.AttributeProto.TENSOR:
+        return attr.t
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return None
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes in an order where every producer comes first (ONNX requires it; hostile models may not)."""
+    produced_by: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.output:
+            if name:
+                produced_by.setdefault(name, i)
+    order: list[onnx.NodeProto] = []
+    state = [0] * len(graph.node)  # 0 new, 1 in progress, 2 done
+    for root in range(len(graph.node)):
+        if state[root]:
+            continue
+        stack = [(root, False)]
+        while stack:
+            index, expanded = stack.pop()
+            if expanded:
+                state[index] = 2
+                order.append(graph.node[index])
+                continue
+            if state[index]:
+                continue
+            state[index] = 1
+            stack.append((index, True))
+            for name in graph.node[index].input:
+                producer = produced_by.get(name)
+                if producer is not None and state[producer] == 0:
+                    stack.append((producer, False))
+    return order
+
+
+def _skeleton(model: onnx.ModelProto, shapes: Mapping[str, Shape | None]) -> onnx.ModelProto:
+    """``model`` without large initializer data (declared as inputs instead) and with the given input dims:
+    what ONNX inference needs, at a fraction of a 200 MB model's serialization."""
+    skeleton = onnx.ModelProto()
+    skeleton.ir_version = model.ir_version
+    skeleton.opset_import.extend(model.opset_import)
+    skeleton.functions.extend(model.functions)
+    graph = skeleton.graph
+    source = model.graph
+    graph.name = source.name
+    graph.node.extend(source.node)
+    graph.output.extend(source.output)
+    graph.value_info.extend(source.value_info)
+    declared = {i.name for i in source.input}
+    for value_info in source.input:
+        if value_info.name in shapes and shapes[value_info.name] is not None:
+            dims = shapes[value_info.name]
+            assert dims is not None
+            graph.input.append(onnx.helper.make_tensor_value_info(
+                value_info.name, value_info.type.tensor_type.elem_type,
+                [d if isinstance(d, int) else (symdim.text(d) if d is not None else None) for d in dims]))
+        else:
+            graph.input.append(value_info)
+    for init in source.initializer:
+        size = int(np.prod(init.dims)) if init.dims else 1
+        if size <= SMALL_CONSTANT and init.data_location != onnx.TensorProto.EXTERNAL:
+            graph.initializer.append(init)
+        elif init.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    return skeleton
+
+
+def annotate(model: onnx.ModelProto, shapes: SymbolicShapes) -> onnx.ModelProto:
+    """A copy of ``model`` whose ``value_info`` holds every inferred intermediate type (expressions as
+    ``dim_param``); graph inputs and outputs keep what they declare, unknown outputs gain the inferred."""
+    annotated = onnx.ModelProto()
+    annotated.CopyFrom(model)
+    graph = annotated.graph
+    skip = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    outputs = {o.name: o for o in graph.output}
+    del graph.value_info[:]
+    for name, info in shapes.tensors.items():
+        if name in skip or not info.dtype or info.shape is None:
+            continue
+        dims = [d if isinstance(d, int) else (symdim.text(d) if d is not None else None) for d in info.shape]
+        value_info = onnx.helper.make_tensor_value_info(name, info.dtype, dims)
+        if name in outputs:
+            declared = outputs[name].type.tensor_type
+            if not declared.HasField("shape") or not declared.elem_type:
+                outputs[name].CopyFrom(value_info)
+            continue
+        graph.value_info.append(value_info)
+    return annotated

@@ -1,0 +1,434 @@
+"""Symbolic dimensions: integer expressions in the model's input dims (``batch``, ``seq*2``, ``(h-3)//2+1``).
+
+A dim is an ``int`` when it is known, or an :class:`Expr`: a polynomial with integer coefficients over
+*atoms*. An atom is a symbol (:class:`Sym`, an input's dim name) or an operation polynomials cannot say
+(:class:`Fn`: floor division, modulo, max, min). Expressions are kept in one canonical form, so two
+expressions are equal exactly when they are the same polynomial (``seq*2 == 2*seq``, ``(a+b)-b == a``),
+and an expression whose value is known collapses to an ``int``.
+
+* Arithmetic: ``+``, ``-``, ``*``, ``//``, ``%`` between dims and ints (``Expr`` implements the operators,
+  so code written for ints — ``math.prod(shape)``, ``shape[-1] // heads`` — works on symbolic shapes).
+  ``(2*h + 1) // 2`` simplifies to ``h`` (the symbols are integers); what does not simplify becomes an atom.
+* :func:`dim_max`, :func:`dim_min`, :func:`ceil_div`.
+* :func:`parse` reads the text form back (``str(expr)``), and :func:`evaluate` gives the value of a dim
+  once the symbols are bound.
+
+Everything is immutable and hashable.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+#: A dimension: a known size, or an expression in symbols.
+DimValue = Union[int, "Expr"]
+
+Monomial = tuple[tuple["Atom", int], ...]
+
+
+@dataclass(frozen=True, order=True)
+class Sym:
+    """A named integer (an input dim such as ``batch``)."""
+
+    name: str
+
+    def text(self) -> str:
+        return self.name
+
+    def evaluate(self, bindings: Mapping[str, int]) -> int:
+        if self.name not in bindings:
+            raise KeyError(self.name)
+        return int(bindings[self.name])
+
+    def symbols(self) -> set[str]:
+        return {self.name}
+
+
+@dataclass(frozen=True)
+class Fn:
+    """An operation on dims that is not a polynomial: ``floordiv``, ``mod``, ``max``, ``min``."""
+
+    op: str
+    args: tuple[DimValue, ...]
+
+    def text(self) -> str:
+        a = [_text(x, parenthesize=True) for x in self.args]
+        if self.op == "floordiv":
+            return f"{a[0]}//{a[1]}"
+        if self.op == "mod":
+            return f"{a[0]}%{a[1]}"
+        return f"{self.op}({', '.join(_text(x) for x in self.args)})"
+
+    def evaluate(self, bindings: Mapping[str, int]) -> int:
+        values = [evaluate(x, bindings) for x in self.args]
+        if self.op == "floordiv":
+            return values[0] // values[1]
+        if self.op == "mod":
+            return values[0] % values[1]
+        if self.op == "max":
+            return max(values)
+        return min(values)
+
+    def symbols(self) -> set[str]:
+        return set().union(*(symbols(x) for x in self.args))
+
+    def __lt__(self, other: object) -> bool:
+        return _atom_key(self) < _atom_key(other)  # type: ignore[arg-type]
+
+
+Atom = Sym | Fn
+
+
+def _atom_key(atom: Atom) -> tuple[int, str]:
+    return (0, atom.name) if isinstance(atom, Sym) else (1, atom.text())
+
+
+def _monomial_key(monomial: Monomial) -> tuple[int, list[tuple[tuple[int, str], int]]]:
+    return (-sum(p for _, p in monomial), [(_atom_key(a), -p) for a, p in monomial])
+
+
+class Expr:
+    """A polynomial with integer coefficients over atoms (canonical: sorted, no zero terms, not constant)."""
+
+    __slots__ = ("_hash", "terms")
+
+    terms: tuple[tuple[Monomial, int], ...]
+
+    def __init__(self, terms: Mapping[Monomial, int]) -> None:
+        kept = [(m, c) for m, c in terms.items() if c]
+        kept.sort(key=lambda mc: _monomial_key(mc[0]))
+        self.terms = tuple(kept)
+        self._hash = hash(self.terms)
+
+    # construction ----------------------------------------------------------------------------------
+    @staticmethod
+    def atom(atom: Atom) -> Expr:
+        return Expr({((atom, 1),): 1})
+
+    def _dict(self) -> dict[Monomial, int]:
+        return dict(self.terms)
+
+    # queries ---------------------------------------------------------------------------------------
+    def constant_term(self) -> int:
+        return dict(self.terms).get((), 0)
+
+    def atoms(self) -> set[Atom]:
+        return {a for m, _ in self.terms for a, _ in m}
+
+    def symbols(self) -> set[str]:
+        return set().union(*(a.symbols() for a in self.atoms()))
+
+    def evaluate(self, bindings: Mapping[str, int]) -> int:
+        total = 0
+        for monomial, coeff in self.terms:
+            value = coeff
+            for atom, power in monomial:
+                value *= atom.evaluate(bindings) ** power
+            total += value
+        return total
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Expr) and self.terms == other.terms
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Expr({self})"
+
+    def __str__(self) -> str:
+        return _poly_text(self.terms)
+
+    # arithmetic ------------------------------------------------------------------------------------
+    def __add__(self, other: DimValue) -> DimValue:
+        return add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: DimValue) -> DimValue:
+        return add(self, mul(other, -1))
+
+    def __rsub__(self, other: DimValue) -> DimValue:
+        return add(other, mul(self, -1))
+
+    def __neg__(self) -> DimValue:
+        return mul(self, -1)
+
+    def __mul__(self, other: DimValue) -> DimValue:
+        return mul(self, other)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other: DimValue) -> DimValue:
+        return floor_div(self, other)
+
+    def __rfloordiv__(self, other: DimValue) -> DimValue:
+        return floor_div(other, self)
+
+    def __mod__(self, other: DimValue) -> DimValue:
+        return mod(self, other)
+
+    def __rmod__(self, other: DimValue) -> DimValue:
+        return mod(other, self)
+
+
+def sym(name: str) -> Expr:
+    """The dim named ``name``."""
+    return Expr.atom(Sym(name))
+
+
+def _as_terms(value: DimValue) -> dict[Monomial, int]:
+    if isinstance(value, Expr):
+        return value._dict()
+    return {(): int(value)} if value else {}
+
+
+def _make(terms: Mapping[Monomial, int]) -> DimValue:
+    nonzero = {m: c for m, c in terms.items() if c}
+    if not nonzero:
+        return 0
+    if set(nonzero) == {()}:
+        return nonzero[()]
+    return Expr(nonzero)
+
+
+def add(a: DimValue, b: DimValue) -> DimValue:
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    terms = _as_terms(a)
+    for m, c in _as_terms(b).items():
+        terms[m] = terms.get(m, 0) + c
+    return _make(terms)
+
+
+def _mul_monomials(x: Monomial, y: Monomial) -> Monomial:
+    powers: dict[Atom, int] = dict(x)
+    for atom, p in y:
+        powers[atom] = powers.get(atom, 0) + p
+    return tuple(sorted(powers.items(), key=lambda ap: _atom_key(ap[0])))
+
+
+def mul(a: DimValue, b: DimValue) -> DimValue:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    terms: dict[Monomial, int] = {}
+    for m1, c1 in _as_terms(a).items():
+        for m2, c2 in _as_terms(b).items():
+            m = _mul_monomials(m1, m2)
+            terms[m] = terms.get(m, 0) + c1 * c2
+    return _make(terms)
+
+
+def _divide_monomial(m: Monomial, d: Monomial) -> Monomial | None:
+    powers = dict(m)
+    for atom, p in d:
+        if powers.get(atom, 0) < p:
+            return None
+        powers[atom] -= p
+    return tuple(sorted(((a, p) for a, p in powers.items() if p), key=lambda ap: _atom_key(ap[0])))
+
+
+def floor_div(a: DimValue, b: DimValue) -> DimValue:
+    """``a // b``; exact where the polynomial divides, else a ``floordiv`` atom."""
+    if isinstance(b, int):
+        if b == 0:
+            raise ZeroDivisionError("dimension divided by zero")
+        if isinstance(a, int):
+            return a // b
+        if b == 1:
+            return a
+        # terms whose coefficient b divides leave the floor exactly (the symbols are integers)
+        quotient = {m: c // b for m, c in a.terms if m and c % b == 0}
+        remainder = _make({m: c for m, c in a.terms if not (m and c % b == 0)})
+        rest: DimValue = remainder // b if isinstance(remainder, int) else _fn("floordiv", remainder, b)
+        return add(_make(quotient), rest)
+    if a == b:
+        return 1
+    if len(b.terms) == 1 and not isinstance(a, int):
+        (dm, dc), = b.terms
+        divided: dict[Monomial, int] = {}
+        for m, c in a.terms:
+            q = _divide_monomial(m, dm)
+            if q is None or c % dc:
+                break
+            divided[q] = c // dc
+        else:
+            return _make(divided)
+    return _fn("floordiv", a, b)
+
+
+def mod(a: DimValue, b: DimValue) -> DimValue:
+    """``a % b``; exact where it simplifies, else a ``mod`` atom."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    if isinstance(b, int):
+        assert isinstance(a, Expr)
+        reduced = _make({m: c % b for m, c in a.terms})
+        return reduced % b if isinstance(reduced, int) else _fn("mod", reduced, b)
+    quotient = floor_div(a, b)
+    if not _has_fn(quotient, "floordiv"):
+        return sub(a, mul(quotient, b))
+    return _fn("mod", a, b)
+
+
+def _has_fn(value: DimValue, op: str) -> bool:
+    return isinstance(value, Expr) and any(isinstance(x, Fn) and x.op == op for x in value.atoms())
+
+
+def sub(a: DimValue, b: DimValue) -> DimValue:
+    return add(a, mul(b, -1))
+
+
+def ceil_div(a: DimValue, b: DimValue) -> DimValue:
+    if isinstance(b, int) and b > 0:
+        return floor_div(add(a, b - 1), b)
+    return mul(floor_div(mul(a, -1), b), -1)
+
+
+def dim_max(*values: DimValue) -> DimValue:
+    return _extremum("max", values)
+
+
+def dim_min(*values: DimValue) -> DimValue:
+    return _extremum("min", values)
+
+
+def _extremum(op: str, values: Iterable[DimValue]) -> DimValue:
+    unique: list[DimValue] = []
+    for v in values:
+        if v not in unique:
+            unique.append(v)
+    ints = [v for v in unique if isinstance(v, int)]
+    exprs: list[DimValue] = [v for v in unique if not isinstance(v, int)]
+    if not exprs:
+        return (max if op == "max" else min)(ints)
+    if ints:
+        exprs.append((max if op == "max" else min)(ints))
+    if len(exprs) == 1:
+        return exprs[0]
+    # two expressions that differ by a constant: the larger/smaller is known
+    if len(exprs) == 2:
+        diff = sub(exprs[0], exprs[1])
+        if isinstance(diff, int):
+            pick = exprs[0] if (diff >= 0) == (op == "max") else exprs[1]
+            return pick
+    return _fn(op, *sorted(exprs, key=str))
+
+
+def _fn(op: str, *args: DimValue) -> Expr:
+    return Expr.atom(Fn(op, tuple(args)))
+
+
+# text ----------------------------------------------------------------------------------------------
+def _monomial_text(monomial: Monomial, coeff: int) -> str:
+    parts = []
+    alone = len(monomial) == 1 and monomial[0][1] == 1 and coeff == 1
+    for atom, power in monomial:
+        text = atom.text()
+        if isinstance(atom, Fn) and atom.op in ("floordiv", "mod") and not alone:
+            text = f"({text})"
+        parts.extend([text] * power)
+    return "*".join(parts)
+
+
+def _poly_text(terms: tuple[tuple[Monomial, int], ...]) -> str:
+    out = ""
+    for i, (monomial, coeff) in enumerate(terms):
+        sign = "-" if coeff < 0 else "+"
+        magnitude = abs(coeff)
+        body = _monomial_text(monomial, coeff)
+        if not body:
+            piece = str(magnitude)
+        elif magnitude == 1:
+            piece = body
+        else:
+            piece = f"{magnitude}*{body}"
+        if i == 0:
+            out = ("-" if sign == "-" else "") + piece
+        else:
+            out += f" {sign} {piece}"
+    return out
+
+
+def _text(value: DimValue, *, parenthesize: bool = False) -> str:
+    text = str(value)
+    if parenthesize and isinstance(value, Expr) and (len(value.terms) > 1 or value.terms[0][1] < 0):
+        return f"({text})"
+    return text
+
+
+def text(value: DimValue | None) -> str:
+    """The text form of a dim (``?`` for unknown)."""
+    return "?" if value is None else str(value)
+
+
+# evaluation and parsing ----------------------------------------------------------------------------
+def evaluate(value: DimValue, bindings: Mapping[str, int]) -> int:
+    """The value of ``value`` with its symbols bound; ``KeyError`` names a symbol that is not."""
+    return value if isinstance(value, int) else value.evaluate(bindings)
+
+
+def symbols(value: DimValue) -> set[str]:
+    return set() if isinstance(value, int) else value.symbols()
+
+
+def is_static(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_BINARY = {ast.Add: add, ast.Sub: sub, ast.Mult: mul, ast.FloorDiv: floor_div, ast.Div: floor_div,
+           ast.Mod: mod}
+
+
+def parse(source: str) -> DimValue:
+    """A dim from its text (``seq*2``, ``(h - 3)//2 + 1``, ``max(a, b)``); ``ValueError`` when it is not one.
+
+    Names may be any identifiers; ``/`` means floor division (dims are integers)."""
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not a dimension expression: {source!r}") from exc
+    return _parse_node(tree.body, source)
+
+
+def _parse_node(node: ast.AST, source: str) -> DimValue:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        return sym(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return mul(_parse_node(node.operand, source), -1)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_parse_node(node.left, source), _parse_node(node.right, source))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min") \
+            and node.args and not node.keywords:
+        args = [_parse_node(a, source) for a in node.args]
+        return dim_max(*args) if node.func.id == "max" else dim_min(*args)
+    raise ValueError(f"not a dimension expression: {source!r}")
+
+
+def from_dim_param(name: str) -> DimValue:
+    """A model's ``dim_param`` as a dim: an expression when it reads as one (``s0 + 1``), else a symbol."""
+    try:
+        return parse(name)
+    except (ValueError, ZeroDivisionError, RecursionError):
+        return sym(name)
+
+
+def dim_of(value: object) -> DimValue | None:
+    """A dim from what a shape may hold: an int, an expression, a ``dim_param`` string; ``None`` otherwise
+    (unknown, negative)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value) if value >= 0 else None
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str) and value:
+        return from_dim_param(value)
+    return None

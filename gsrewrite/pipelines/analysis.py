@@ -1,0 +1,88 @@
+"""The library entry points: ``gsrewrite.infer_shapes()``, ``gsrewrite.profile()``, ``gsrewrite.plan_memory()``.
+
+Each takes a model (``ModelProto`` or path) and input shapes as ``--input-shape`` strings (``"ids:2,seq"``,
+``"seq=128"``) or a mapping ``{"ids": [2, "seq"], "seq": 128}``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import onnx
+
+from gsrewrite.errors import UsageError
+from gsrewrite.graph import symdim
+from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, parse_input_shapes
+from gsrewrite.profiling.costs import Profile, profile_model
+from gsrewrite.profiling.memory import MemoryPlan
+from gsrewrite.profiling.memory import plan_memory as plan
+
+ModelArg = onnx.ModelProto | str | os.PathLike
+ShapesArg = InputShapes | Iterable[str] | Mapping[str, Any] | None
+
+
+def load(model: ModelArg, *, load_external_data: bool = True) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    from gsrewrite.model_io import load_model
+
+    return load_model(model, load_external_data=load_external_data)
+
+
+def input_shapes(value: ShapesArg) -> InputShapes:
+    """Normalize the accepted forms of input shapes."""
+    if value is None:
+        return InputShapes()
+    if isinstance(value, InputShapes):
+        return value
+    if isinstance(value, Mapping):
+        result = InputShapes()
+        for name, dims in value.items():
+            if isinstance(dims, int):
+                result.bindings[name] = dims
+            elif isinstance(dims, (list, tuple)):
+                result.shapes[name] = [d if isinstance(d, int) else symdim.parse(str(d)) for d in dims]
+            else:
+                raise UsageError(f"input shape of {name!r}: expected a list of dims or an int, got {dims!r}")
+        return result
+    return parse_input_shapes([value] if isinstance(value, str) else list(value))
+
+
+def infer_shapes(model: ModelArg, shapes: ShapesArg = None) -> SymbolicShapes:
+    """Symbolic shapes of every tensor (see :mod:`gsrewrite.graph.symbolic_shapes`)."""
+    return infer_symbolic(load(model, load_external_data=False), input_shapes(shapes))
+
+
+def profile(model: ModelArg, shapes: ShapesArg = None) -> Profile:
+    """MACs, parameters, weight and activation bytes, sparsity per node (see :mod:`gsrewrite.profiling.costs`)."""
+    return profile_model(load(model), input_shapes(shapes))
+
+
+def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str, int]:
+    """Sizes for the symbols no binding gives: validation's sample sizes of the inputs (batch 2, sequence 16
+    unless the model says otherwise)."""
+    from gsrewrite.validation.shapes import resolve_shapes
+    from gsrewrite.validation.signature import model_inputs
+
+    bindings = dict(result.bindings)
+    try:
+        sample = resolve_shapes(model_inputs(model))
+    except Exception:  # no sample for an odd input: the caller reports the unbound symbols
+        return bindings
+    for name, shape in sample.items():
+        for dim, size in zip(result.shape(name) or (), shape, strict=False):
+            if isinstance(dim, symdim.Expr) and len(dim.symbols()) == 1:
+                (symbol,) = dim.symbols()
+                if dim == symdim.sym(symbol):
+                    bindings.setdefault(symbol, int(size))
+    return bindings
+
+
+def plan_memory(model: ModelArg, shapes: ShapesArg = None) -> MemoryPlan:
+    """The activation memory plan at the given sizes (symbols not given take validation's sample sizes)."""
+    proto = load(model, load_external_data=False)
+    result = infer_symbolic(proto, input_shapes(shapes))
+    bindings = default_bindings(proto, result)
+    return plan(proto, result, bindings)

@@ -1,0 +1,367 @@
+"""Per-node cost of a model: MACs (through the ``gsrewrite_profile_op`` profilers), parameters, weight bytes,
+activation bytes and weight sparsity, with totals and per-op-type sums.
+
+Shapes come from :func:`gsrewrite.graph.symbolic_shapes.infer_symbolic`: with dynamic inputs every count is an
+expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind` evaluates it at given sizes.
+
+* ``params``: elements of the node's constant inputs (initializers and ``Constant`` outputs); the total counts
+  each constant once however many nodes read it.
+* ``weight_bytes``: the same in bytes (4-bit types count half a byte per element).
+* ``activation_bytes``: bytes of the node's outputs.
+* sparsity: the fraction of zero elements of the node's weights (constants of at least
+  :data:`SPARSITY_MIN_ELEMENTS` elements), and the fraction of all-zero blocks of :data:`BLOCK` consecutive
+  elements along the last axis (structured sparsity a kernel could skip).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import numpy_helper
+from onnx_graphsurgeon.ir.tensor import LazyValues
+
+from gsrewrite import plugin_hooks
+from gsrewrite.graph import symdim
+from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic
+from gsrewrite.graph.symdim import DimValue
+
+log = logging.getLogger(__name__)
+
+SPARSITY_MIN_ELEMENTS = 16
+BLOCK = 4
+#: bits per element of the types numpy has no size for
+_SUB_BYTE_BITS: dict[int, int] = {int(onnx.TensorProto.INT4): 4, int(onnx.TensorProto.UINT4): 4}
+_FLOAT4 = getattr(onnx.TensorProto, "FLOAT4E2M1", None)
+if _FLOAT4 is not None:
+    _SUB_BYTE_BITS[int(_FLOAT4)] = 4
+
+Count = DimValue | None
+
+
+def item_bits(elem_type: int) -> int:
+    if elem_type in _SUB_BYTE_BITS:
+        return _SUB_BYTE_BITS[elem_type]
+    try:
+        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize) * 8
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+@dataclass
+class WeightStats:
+    elements: int
+    zeros: int
+    blocks: int
+    zero_blocks: int
+
+    def add(self, other: WeightStats) -> None:
+        self.elements += other.elements
+        self.zeros += other.zeros
+        self.blocks += other.blocks
+        self.zero_blocks += other.zero_blocks
+
+    @property
+    def sparsity(self) -> float | None:
+        return self.zeros / self.elements if self.elements else None
+
+    @property
+    def block_sparsity(self) -> float | None:
+        return self.zero_blocks / self.blocks if self.blocks else None
+
+
+@dataclass
+class NodeCost:
+    name: str
+    op_type: str
+    domain: str
+    macs: Count
+    params: int
+    weight_bytes: int
+    activation_bytes: Count
+    weights: WeightStats | None = None
+    profiled: bool = True
+
+    @property
+    def op_key(self) -> str:
+        return self.op_type if self.domain in ("", "ai.onnx") else f"{self.domain}.{self.op_type}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "op_type": self.op_key, "macs": count_json(self.macs), "params": self.params,
+                "weight_bytes": self.weight_bytes, "activation_bytes": count_json(self.activation_bytes),
+                "sparsity": None if self.weights is None else self.weights.sparsity,
+                "block_sparsity": None if self.weights is None else self.weights.block_sparsity}
+
+
+def count_json(value: Count) -> int | str | None:
+    return value if value is None or isinstance(value, int) else str(value)
+
+
+def add_counts(a: Count, b: Count) -> Count:
+    if a is None or b is None:
+        return a if b is None else b
+    return symdim.add(a, b)
+
+
+@dataclass
+class OpTypeTotal:
+    count: int = 0
+    macs: Count = 0
+    params: int = 0
+    weight_bytes: int = 0
+    activation_bytes: Count = 0
+    unknown_macs: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "macs": count_json(self.macs), "params": self.params,
+                "weight_bytes": self.weight_bytes, "activation_bytes": count_json(self.activation_bytes),
+                "nodes_without_macs": self.unknown_macs}
+
+
+@dataclass
+class Profile:
+    nodes: list[NodeCost]
+    shapes: SymbolicShapes
+    params: int = 0
+    weight_bytes: int = 0
+    weights: WeightStats = field(default_factory=lambda: WeightStats(0, 0, 0, 0))
+    bindings: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def macs(self) -> Count:
+        total: Count = 0
+        for node in self.nodes:
+            if node.macs is not None:
+                total = add_counts(total, node.macs)
+        return total
+
+    @property
+    def activation_bytes(self) -> Count:
+        total: Count = 0
+        for node in self.nodes:
+            total = add_counts(total, node.activation_bytes)
+        return total
+
+    @property
+    def unprofiled(self) -> dict[str, int]:
+        """op type -> nodes whose MACs are unknown (no profiler knows the op, or a shape it needs is unknown)."""
+        out: dict[str, int] = {}
+        for node in self.nodes:
+            if node.macs is None:
+                out[node.op_key] = out.get(node.op_key, 0) + 1
+        return out
+
+    def by_op_type(self) -> dict[str, OpTypeTotal]:
+        totals: dict[str, OpTypeTotal] = {}
+        for node in self.nodes:
+            entry = totals.setdefault(node.op_key, OpTypeTotal())
+            entry.count += 1
+            if node.macs is None:
+                entry.unknown_macs += 1
+            else:
+                entry.macs = add_counts(entry.macs, node.macs)
+            entry.params += node.params
+            entry.weight_bytes += node.weight_bytes
+            entry.activation_bytes = add_counts(entry.activation_bytes, node.activation_bytes)
+        return dict(sorted(totals.items(), key=lambda kv: -_rank_value(kv[1].macs)))
+
+    def symbols(self) -> list[str]:
+        names: set[str] = set()
+        for node in self.nodes:
+            for value in (node.macs, node.activation_bytes):
+                names |= symdim.symbols(value) if value is not None else set()
+        return sorted(names)
+
+    def bind(self, bindings: Mapping[str, int]) -> Profile:
+        """The profile with its symbols bound to sizes (symbols not bound stay symbolic)."""
+        def value(count: Count) -> Count:
+            if count is None or isinstance(count, int):
+                return count
+            try:
+                return symdim.evaluate(count, bindings)
+            except KeyError:
+                return count
+        nodes = [NodeCost(n.name, n.op_type, n.domain, value(n.macs), n.params, n.weight_bytes,
+                          value(n.activation_bytes), n.weights, n.profiled) for n in self.nodes]
+        return Profile(nodes, self.shapes, self.params, self.weight_bytes, self.weights,
+                       {**self.bindings, **bindings})
+
+    def top(self, n: int) -> list[NodeCost]:
+        return sorted(self.nodes, key=lambda c: -_rank_value(c.macs))[:n]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        nodes = self.top(top) if top else self.nodes
+        return {
+            "total": {"macs": count_json(self.macs), "flops": count_json(_times(self.macs, 2)),
+                      "params": self.params, "weight_bytes": self.weight_bytes,
+                      "activation_bytes": count_json(self.activation_bytes),
+                      "sparsity": self.weights.sparsity, "block_sparsity": self.weights.block_sparsity},
+            "symbols": self.symbols(),
+            "bindings": dict(self.bindings),
+            "unprofiled": self.unprofiled,
+            "by_op_type": {k: v.to_dict() for k, v in self.by_op_type().items()},
+            "nodes": [n.to_dict() for n in nodes],
+        }
+
+
+def _times(count: Count, factor: int) -> Count:
+    return None if count is None else symdim.mul(count, factor)
+
+
+#: size every symbol takes when symbolic counts are ranked (ordering only; never reported)
+_RANK_SIZE = 128
+
+
+def _rank_value(count: Count) -> float:
+    if count is None:
+        return -1.0
+    if isinstance(count, int):
+        return float(count)
+    try:
+        return float(symdim.evaluate(count, dict.fromkeys(count.symbols(), _RANK_SIZE)))
+    except (KeyError, ZeroDivisionError):
+        return 0.0
+
+
+@dataclass
+class ProfileContext:
+    """What a profiler may ask besides the node: opsets and the values of small constants."""
+
+    opsets: dict[str, int]
+    shapes: SymbolicShapes
+
+    def opset(self, domain: str = "") -> int | None:
+        return self.opsets.get("" if domain == "ai.onnx" else domain)
+
+    def value(self, name: str) -> Any:
+        info = self.shapes.tensors.get(name)
+        if info is None:
+            return None
+        if info.floats is not None:
+            return info.floats
+        return info.value if info.has_value else None
+
+
+def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
+                  shapes: SymbolicShapes | None = None) -> Profile:
+    """The cost of every main-graph node of ``model`` (see the module docstring)."""
+    shapes = shapes or infer_symbolic(model, input_shapes)
+    graph = model.graph
+    constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            for attr in node.attribute:
+                if attr.name == "value" and attr.HasField("t"):
+                    constants[node.output[0]] = attr.t
+    stats: dict[str, WeightStats | None] = {}
+    context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
+                              for o in model.opset_import}, shapes)
+    nodes = [_node_cost(node, shapes, constants, stats, context) for node in graph.node
+             if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
+    profile = Profile(nodes, shapes, bindings=dict(shapes.bindings))
+    used = {name for node in graph.node for name in node.input if name in constants}
+    used |= {name for node in graph.node if node.op_type == "Constant" for name in node.output
+             if name in constants}
+    for name in used:
+        tensor = constants[name]
+        elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+        profile.params += elements
+        profile.weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
+        weight = stats.get(name) if name in stats else _weight_stats(tensor)
+        if weight is not None:
+            profile.weights.add(weight)
+    return profile
+
+
+def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto],
+               stats: dict[str, WeightStats | None], context: ProfileContext) -> NodeCost:
+    inputs: list[gs.Tensor] = []
+    params = weight_bytes = 0
+    weights: WeightStats | None = None
+    for name in node.input:
+        if not name:
+            inputs.append(gs.Variable.empty())
+        elif name in constants:
+            tensor = constants[name]
+            inputs.append(gs.Constant(name, LazyValues(tensor)))
+            elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+            params += elements
+            weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
+            if name not in stats:
+                stats[name] = _weight_stats(tensor)
+            found = stats[name]
+            if found is not None:
+                weights = WeightStats(0, 0, 0, 0) if weights is None else weights
+                weights.add(found)
+        else:
+            inputs.append(_variable(name, shapes))
+    outputs = [_variable(name, shapes) if name else gs.Variable.empty() for name in node.output]
+    attrs = {a.name: _attr(a) for a in node.attribute}
+    gs_node = gs.Node(node.op_type, node.name, attrs=attrs, inputs=inputs, outputs=outputs,
+                      domain=node.domain or None)
+    answer = plugin_hooks.profile_op(gs_node, context)
+    macs = None if answer is None else answer.macs
+    if macs is not None and not isinstance(macs, (int, symdim.Expr)):
+        macs = int(macs)
+    activation: Count = 0
+    for name in node.output:
+        if not name:
+            continue
+        shape, bits = shapes.shape(name), item_bits(shapes.dtype(name))
+        size = None if shape is None or not bits else _product(shape)
+        activation = None if size is None or activation is None else \
+            add_counts(activation, symdim.floor_div(symdim.mul(size, bits) + 7, 8))
+    return NodeCost(node.name, node.op_type, node.domain, macs, params, weight_bytes, activation, weights,
+                    answer is not None)
+
+
+def _product(shape: list[Any]) -> Count:
+    total: DimValue = 1
+    for d in shape:
+        if d is None:
+            return None
+        total = symdim.mul(total, d)
+    return total
+
+
+def _variable(name: str, shapes: SymbolicShapes) -> gs.Variable:
+    dtype_code = shapes.dtype(name)
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype_code) if dtype_code else None
+    except (KeyError, TypeError, ValueError):
+        dtype = None
+    return gs.Variable(name, dtype=dtype, shape=shapes.shape(name))
+
+
+def _attr(attr: onnx.AttributeProto) -> Any:
+    if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        return None
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def _weight_stats(tensor: onnx.TensorProto) -> WeightStats | None:
+    elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+    if elements < SPARSITY_MIN_ELEMENTS or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception:  # an unreadable or exotic type: no sparsity, not an error
+        return None
+    if array.dtype.kind not in "fiub" and array.dtype.itemsize not in (1, 2):
+        return None
+    flat = array.reshape(-1)
+    zero = flat == 0
+    zeros = int(np.count_nonzero(zero))
+    last = array.shape[-1] if array.ndim else 1
+    if last % BLOCK == 0 and array.size:
+        blocks = zero.reshape(-1, BLOCK).all(axis=1)
+        return WeightStats(elements, zeros, int(blocks.size), int(np.count_nonzero(blocks)))
+    return WeightStats(elements, zeros, 0, 0)

@@ -1,0 +1,252 @@
+"""Activation memory planning: how small one arena holding every intermediate tensor can be.
+
+* **Liveness** over the model's topological order: a tensor lives from the step that produces it to the last
+  step that reads it (a control-flow node reading it from inside a subgraph counts).
+* **Aliases**: ops that only reinterpret their input (Reshape, Squeeze, Unsqueeze, Flatten, Identity) share its
+  buffer, as onnxruntime does; **in-place**: an elementwise op may write into an input of its output's size
+  that dies at that op (not a graph input or a constant).
+* **Offsets**: greedy placement, each buffer at the lowest offset where no buffer live at the same time
+  overlaps it (best fit), tried in two orders (largest first; longest-lived first) keeping the smaller arena.
+* **Lower bound**: the largest sum of sizes of buffers live at one step; no placement can do better.
+
+Graph inputs and outputs are kept out of the arena (they are the caller's buffers) and reported apart, as are
+the weights. Sizes need concrete dims: symbols are bound from ``--input-shape`` or validation's default sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from gsrewrite.errors import UsageError
+from gsrewrite.graph.symbolic_shapes import SymbolicShapes
+from gsrewrite.model_io.graph_walk import node_subgraphs
+from gsrewrite.profiling.costs import item_bits
+
+ALIGNMENT = 64
+ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+IN_PLACE_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Neg", "Sqrt", "Abs", "Clip",
+    "LeakyRelu", "Gelu", "FastGelu", "BiasGelu", "Softmax", "Cast", "Where", "Pow", "HardSigmoid", "HardSwish",
+})
+
+
+@dataclass
+class Buffer:
+    tensor: str
+    size: int
+    start: int
+    end: int
+    offset: int = -1
+    aliases: list[str] = field(default_factory=list)
+
+    def overlaps(self, other: Buffer) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+@dataclass
+class MemoryPlan:
+    naive_bytes: int
+    arena_bytes: int
+    lower_bound_bytes: int
+    peak_step: int
+    peak_node: str
+    buffers: list[Buffer]
+    input_bytes: int
+    output_bytes: int
+    weight_bytes: int
+    bindings: dict[str, int]
+    unknown: list[str]
+    strategy: str
+
+    @property
+    def ratio_to_bound(self) -> float:
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "naive_bytes": self.naive_bytes, "arena_bytes": self.arena_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes, "arena_over_lower_bound": round(self.ratio_to_bound, 4),
+            "peak_step": self.peak_step, "peak_node": self.peak_node, "input_bytes": self.input_bytes,
+            "output_bytes": self.output_bytes, "weight_bytes": self.weight_bytes, "bindings": self.bindings,
+            "strategy": self.strategy, "tensors_with_unknown_size": self.unknown,
+            "buffers": [{"tensor": b.tensor, "offset": b.offset, "size": b.size, "first_step": b.start,
+                         "last_step": b.end, "aliases": b.aliases} for b in self.buffers],
+        }
+
+
+def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mapping[str, int]) -> MemoryPlan:
+    """Plan the activation arena of ``model`` with the symbols of ``shapes`` bound by ``bindings``."""
+    graph = model.graph
+    nodes = list(graph.node)
+    initializers = {t.name for t in graph.initializer}
+    constants = initializers | {n.output[0] for n in nodes if n.op_type == "Constant" and n.output}
+    graph_inputs = {i.name for i in graph.input} - initializers
+    graph_outputs = {o.name for o in graph.output}
+
+    def size_of(name: str) -> int | None:
+        shape = shapes.concrete(name, bindings)
+        bits = item_bits(shapes.dtype(name))
+        if shape is None or not bits:
+            return None
+        elements = 1
+        for d in shape:
+            elements *= d
+        return (elements * bits + 7) // 8
+
+    last_use: dict[str, int] = {}
+    for step, node in enumerate(nodes):
+        for name in (*node.input, *_outer_reads(node)):
+            if name:
+                last_use[name] = step
+    owner: dict[str, Buffer] = {}  # tensor -> buffer holding it
+    buffers: list[Buffer] = []
+    unknown: list[str] = []
+    for step, node in enumerate(nodes):
+        if node.op_type == "Constant":
+            continue
+        for index, name in enumerate(node.output):
+            if not name or name in graph_outputs:
+                continue
+            size = size_of(name)
+            if size is None:
+                unknown.append(name)
+                continue
+            end = last_use.get(name, step)
+            source = node.input[0] if node.input else ""
+            shared = owner.get(source) if index == 0 and source and source not in graph_inputs | constants \
+                else None
+            if shared is not None and (node.op_type in ALIAS_OPS or (
+                    node.op_type in IN_PLACE_OPS and last_use.get(source) == step and shared.size == size
+                    and shared.end == step)):
+                shared.end = max(shared.end, end)
+                shared.aliases.append(name)
+                owner[name] = shared
+                continue
+            buffer = Buffer(name, size, step, end)
+            buffers.append(buffer)
+            owner[name] = buffer
+    naive = sum(_aligned(b.size) for b in buffers) + sum(
+        (size_of(a) or 0) for b in buffers for a in b.aliases)
+    lower, peak_step = _lower_bound(buffers, len(nodes))
+    best = _best_placement(buffers, lower)
+    arena, strategy, offsets = best
+    for buffer, offset in zip(buffers, offsets, strict=True):
+        buffer.offset = offset
+    weight_bytes = sum((int(_elements(t.dims)) * item_bits(t.data_type) + 7) // 8 for t in graph.initializer)
+    return MemoryPlan(
+        naive_bytes=naive, arena_bytes=arena, lower_bound_bytes=lower, peak_step=peak_step,
+        peak_node=nodes[peak_step].name if nodes and 0 <= peak_step < len(nodes) else "",
+        buffers=buffers, input_bytes=sum(size_of(n) or 0 for n in graph_inputs),
+        output_bytes=sum(size_of(n) or 0 for n in graph_outputs), weight_bytes=weight_bytes,
+        bindings=dict(bindings), unknown=unknown, strategy=strategy)
+
+
+def _elements(dims: Any) -> int:
+    total = 1
+    for d in dims:
+        total *= int(d)
+    return total
+
+
+def _aligned(size: int) -> int:
+    return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _outer_reads(node: onnx.NodeProto) -> set[str]:
+    """Names a control-flow node's subgraphs read from the enclosing graph."""
+    reads: set[str] = set()
+    for _, sub in node_subgraphs(node):
+        local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+        for inner in sub.node:
+            local.update(inner.output)
+        for inner in sub.node:
+            reads.update(n for n in inner.input if n and n not in local)
+            reads.update(_outer_reads(inner) - local)
+    return reads
+
+
+#: orders buffers are placed in (the smallest arena wins)
+ORDERS: dict[str, Any] = {
+    "largest first": lambda b: (-b.size, b.start),
+    "longest-lived first": lambda b: (-(b.end - b.start), -b.size),
+    "largest area first": lambda b: (-b.size * (b.end - b.start + 1), b.start),
+    "earliest first": lambda b: (b.start, -b.size),
+}
+#: randomized orders tried after the fixed ones while the arena is above the lower bound
+RANDOM_TRIES = 24
+
+
+def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[int]]:
+    best: tuple[int, str, list[int]] | None = None
+    for (strategy, key), fit in itertools.product(ORDERS.items(), ("best", "first")):
+        offsets = _place(buffers, key, fit)
+        arena = _arena(buffers, offsets)
+        if best is None or arena < best[0]:
+            best = (arena, f"{strategy}, {fit} fit", offsets)
+    assert best is not None
+    rng = random.Random(0)
+    for _ in range(RANDOM_TRIES if len(buffers) <= 5000 else 0):
+        if best[0] <= lower:
+            break
+        noise = {id(b): rng.random() for b in buffers}
+        offsets = _place(buffers, lambda b, noise=noise: (-b.size * (0.5 + noise[id(b)]), b.start), "best")
+        arena = _arena(buffers, offsets)
+        if arena < best[0]:
+            best = (arena, "largest first, perturbed", offsets)
+    return best
+
+
+def _arena(buffers: list[Buffer], offsets: list[int]) -> int:
+    return max((o + _aligned(b.size) for o, b in zip(offsets, buffers, strict=True)), default=0)
+
+
+def _lower_bound(buffers: list[Buffer], steps: int) -> tuple[int, int]:
+    delta = [0] * (steps + 2)
+    for b in buffers:
+        delta[b.start] += _aligned(b.size)
+        delta[b.end + 1] -= _aligned(b.size)
+    live = best = 0
+    best_step = 0
+    for step in range(steps + 1):
+        live += delta[step]
+        if live > best:
+            best, best_step = live, step
+    return best, best_step
+
+
+def _place(buffers: list[Buffer], key: Any, fit: str) -> list[int]:
+    """Greedy placement: each buffer (in ``key`` order) in a free gap among the already placed buffers that
+    overlap it in time: the smallest gap that fits (``best``) or the lowest (``first``)."""
+    order = sorted(range(len(buffers)), key=lambda i: key(buffers[i]))
+    offsets = [-1] * len(buffers)
+    placed: list[int] = []
+    for i in order:
+        buffer = buffers[i]
+        size = _aligned(buffer.size)
+        busy = sorted((offsets[j], offsets[j] + _aligned(buffers[j].size)) for j in placed
+                      if buffers[j].overlaps(buffer))
+        best_offset, best_gap = None, None
+        cursor = 0
+        for start, end in busy:
+            gap = start - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best_offset, best_gap = cursor, gap
+                if fit == "first":
+                    break
+            cursor = max(cursor, end)
+        offsets[i] = best_offset if best_offset is not None else cursor
+        placed.append(i)
+    return offsets
+
+
+def check_bindings(shapes: SymbolicShapes, bindings: Mapping[str, int]) -> None:
+    missing = sorted(set(shapes.free_symbols()) - set(bindings) - set(shapes.bindings))
+    if missing:
+        raise UsageError(f"memory planning needs concrete sizes: bind {', '.join(missing)} with --input-shape "
+                         f"NAME=SIZE")
