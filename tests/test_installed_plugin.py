@@ -78,3 +78,22 @@ def test_its_pass_is_listed_and_runs_when_asked(with_plugin: Path, tmp_path: Pat
                 "--no-validate", "--json", cwd=tmp_path)
     _ok(done)
     assert json.loads(done.stdout)["passes"] == ["testplugin-count-relus"]
+
+
+def test_its_op_is_shaped_and_profiled_symbolically_by_the_installed_cli(with_plugin: Path, tmp_path: Path) -> None:
+    _double_model(tmp_path / "m.onnx")
+    shapes = json.loads(_ok(_run(with_plugin / "gsrewrite", "shapes", "m.onnx", "--all", "--json",
+                                 cwd=tmp_path)).stdout)
+    assert shapes["tensors"]["d"]["shape"] == ["N", 4] and shapes["outputs"]["y"] == ["N", 4]
+    profile = json.loads(_ok(_run(with_plugin / "gsrewrite", "profile", "m.onnx", "--format", "json",
+                                  cwd=tmp_path)).stdout)
+    by_type = profile["by_op_type"]
+    assert by_type["test.domain.Double"]["macs"] == "4*N" and by_type["Relu"]["macs"] == "4*N"
+    assert profile["total"]["macs"] == "8*N" and profile["unprofiled"] == {}
+    bound = json.loads(_ok(_run(with_plugin / "gsrewrite", "profile", "m.onnx", "--input-shape", "N=3", "--json",
+                                cwd=tmp_path)).stdout)
+    assert bound["total"]["macs"] == 24
+    # without the plugin its op has no profiler and no shape: the CLI says what it could not count
+    bare = json.loads(_ok(_run(with_plugin / "gsrewrite", "--disable-plugin", "testplugin", "profile", "m.onnx",
+                               "--json", cwd=tmp_path)).stdout)
+    assert bare["unprofiled"] == {"test.domain.Double": 1, "Relu": 1}  # nor the Relu behind it a shape

@@ -24,7 +24,7 @@ from gsrewrite.validation.memory import default_budget
 from gsrewrite.validation.runner import open_session, serialized_source
 from gsrewrite.validation.shapes import resolve_shapes
 from gsrewrite.validation.signature import model_inputs
-from gsrewrite.validation.sizes import size_sets
+from gsrewrite.validation.sizes import SizeSet, size_sets
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,8 @@ def check_shapes(model: onnx.ModelProto, shapes: SymbolicShapes | None = None, *
     sample = resolve_shapes(specs)
     # sizes are checked before anything is allocated: sets over the memory budget are dropped (the first
     # one over it is an error naming the size)
-    sets = fit_budget(model, specs, size_sets(specs, sample)[:max_sizes], default_budget())
+    sets = _with_odd_sizes(specs, size_sets(specs, sample), max_sizes)
+    sets = fit_budget(model, specs, sets, default_budget())
     probe = _with_all_outputs(model, shapes)
     results = []
     with open_session(serialized_source(probe, "original"), reuse_memory=False) as opened:
@@ -78,6 +79,27 @@ def check_shapes(model: onnx.ModelProto, shapes: SymbolicShapes | None = None, *
                 _compare(check, shapes, name, tuple(getattr(value, "shape", ())))
             results.append(check)
     return ShapeCheck(results)
+
+
+def _with_odd_sizes(specs: Sequence[Any], sets: list[SizeSet], count: int) -> list[SizeSet]:
+    """Validation's sets vary batch and sequence dims; when they give fewer than ``count`` sizes, add sets where
+    every named dim of the sample grows by an odd step (spatial dims too: floors and ceilings differ there)."""
+    sample = sets[0].shapes
+    named: dict[str, int] = {}
+    for spec in specs:
+        for dim, size in zip(spec.dims or (), sample[spec.name], strict=False):
+            if isinstance(dim, str):
+                named.setdefault(dim, int(size))
+    step = 1
+    while len(sets) < count and named and step < 16:
+        grown = {name: size + step for name, size in named.items()}
+        shapes = {spec.name: tuple(grown.get(d, size) if isinstance(d, str) else size
+                                   for d, size in zip(spec.dims or (), sample[spec.name], strict=False))
+                  for spec in specs}
+        if all(shapes != s.shapes for s in sets):
+            sets.append(SizeSet(f"odd+{step}", shapes))
+        step += 6
+    return sets[:count]
 
 
 def _bindings(shapes: SymbolicShapes, feeds: dict[str, Any]) -> dict[str, int]:

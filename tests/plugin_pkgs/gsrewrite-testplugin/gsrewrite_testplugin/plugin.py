@@ -51,3 +51,20 @@ class CountRelus:
 @hookimpl
 def gsrewrite_register_passes(registry: Any) -> None:
     registry.add(CountRelus())
+
+
+# --- gsrewrite_profile_op -------------------------------------------------------------------------------------
+@hookimpl
+def gsrewrite_profile_op(node: Any, context: Any) -> Any:
+    """Double costs one multiply per element (the dims may be symbolic: they multiply like ints)."""
+    if node.domain != DOMAIN or node.op != "Double":
+        return None
+    from gsrewrite.plugin_api import OpCost
+
+    shape = node.inputs[0].shape
+    if shape is None:
+        return OpCost(macs=None)
+    total: Any = 1
+    for d in shape:
+        total = total * d
+    return OpCost(macs=total)

@@ -1,0 +1,163 @@
+"""MACs per op against hand-computed values, symbolic totals, fused == unfused totals, the memory planner, and the
+analysis commands run as the installed console script would be (CliRunner for speed; the wheel-installed CLI is
+covered by tests/test_installed_plugin.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import gsrewrite
+from gsrewrite.cli import main
+from gsrewrite.graph.symbolic_shapes import parse_input_shapes
+from gsrewrite.graph.symdim import sym
+from gsrewrite.profiling.costs import profile_model
+
+F = TensorProto.FLOAT
+
+
+def _one(node: onnx.NodeProto, inputs, inits=(), opset=17, domain_opsets=()):
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(node.output[0], F, None)],
+                              list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *domain_opsets])
+    return profile_model(model).nodes[0].macs
+
+
+def _w(name, shape):
+    return numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+
+def _x(name, shape):
+    return helper.make_tensor_value_info(name, F, shape)
+
+
+@pytest.mark.parametrize(("node", "inputs", "inits", "macs"), [
+    # Conv with groups and dilations: out 1x8x(10-2*2)x(10-2*2)=1x8x6x6, 2 input channels per group, 3x3 kernel
+    (helper.make_node("Conv", ["x", "w"], ["y"], group=2, dilations=[2, 2]), [_x("x", [1, 4, 10, 10])],
+     [_w("w", (8, 2, 3, 3))], 8 * 6 * 6 * 2 * 9),
+    # + bias: one add per output element
+    (helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]),
+     [_x("x", [2, 3, 8, 8])], [_w("w", (4, 3, 3, 3)), _w("b", (4,))], 2 * 4 * 4 * 4 * 27 + 2 * 4 * 4 * 4),
+    # MatMul broadcasting [3, 1, 2, 4] against a [5, 4, 6] stack: out [3, 5, 2, 6], K = 4
+    (helper.make_node("MatMul", ["a", "b"], ["y"]), [_x("a", [3, 1, 2, 4])], [_w("b", (5, 4, 6))],
+     3 * 5 * 2 * 6 * 4),
+    # Gemm with both transposes and C: M=3 N=5 K=4
+    (helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1), [_x("a", [4, 3])],
+     [_w("b", (5, 4)), _w("c", (5,))], 3 * 5 * 4 + 3 * 5),
+    # pooling: output elements x kernel
+    (helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2]), [_x("x", [1, 2, 9, 9])], [],
+     2 * 4 * 4 * 9),
+    (helper.make_node("GlobalAveragePool", ["x"], ["y"]), [_x("x", [1, 2, 9, 9])], [], 2 * 81),
+    # Resize: 4 per output element (linear), 0 for nearest
+    (helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear"), [_x("x", [1, 2, 4, 4])],
+     [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")], 2 * 8 * 8 * 4),
+    (helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest"), [_x("x", [1, 2, 4, 4])],
+     [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")], 0),
+    # Pow by 2 is one multiply per element; Erf is not free
+    (helper.make_node("Pow", ["x", "two"], ["y"]), [_x("x", [3, 4])],
+     [numpy_helper.from_array(np.array(2.0, np.float32), "two")], 12),
+    (helper.make_node("Erf", ["x"], ["y"]), [_x("x", [3, 4])], [], 12 * 45),
+])
+def test_macs_match_hand_computed_values(node, inputs, inits, macs) -> None:
+    assert _one(node, inputs, inits) == macs
+
+
+def test_attention_counts_what_it_replaces() -> None:
+    """com.microsoft Attention, B=2 S=8 hidden 16, 2 heads of 8: projections + bias, QK^T, scale, mask add,
+    Softmax (36 per score), PV."""
+    node = helper.make_node("Attention", ["x", "w", "b", "mask"], ["y"], domain="com.microsoft", num_heads=2)
+    inputs = [_x("x", [2, 8, 16]), helper.make_tensor_value_info("mask", TensorProto.INT32, [2, 8])]
+    macs = _one(node, inputs, [_w("w", (16, 48)), _w("b", (48,))],
+                domain_opsets=[helper.make_opsetid("com.microsoft", 1)])
+    scores = 2 * 2 * 8 * 8
+    expected = 2 * 8 * 16 * 48 + 2 * 8 * 48 + scores * 8 + scores + scores * 36 + scores * 8 + scores
+    assert macs == expected
+
+
+def test_symbolic_totals_are_polynomials_and_bind() -> None:
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    graph = helper.make_graph([node, helper.make_node("Softmax", ["y"], ["z"])], "g", [_x("a", ["batch", "seq", 4])],
+                              [helper.make_tensor_value_info("z", F, None)], [_w("b", (4, 6))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    profile = profile_model(model)
+    assert profile.macs == 24 * sym("batch") * sym("seq") + 36 * 6 * sym("batch") * sym("seq")
+    assert profile.bind({"batch": 2, "seq": 3}).macs == 2 * 3 * (24 + 216)
+    assert profile_model(model, parse_input_shapes(["seq=3", "batch=2"])).macs == 2 * 3 * (24 + 216)
+    data = profile.to_dict()
+    assert set(data) >= {"total", "by_op_type", "nodes"}
+    assert set(data["total"]) >= {"macs", "params", "weight_bytes", "activation_bytes"}
+    assert data["total"]["params"] == 24 and data["total"]["weight_bytes"] == 96
+
+
+def test_sparsity_counts_zero_elements_and_zero_blocks() -> None:
+    weight = np.ones((4, 8), np.float32)
+    weight[0, :4] = 0  # one zero block of 4
+    weight[1, 1] = 0  # one zero element in a non-zero block
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [_x("a", [2, 4])], [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(weight, "w")])
+    profile = profile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert profile.weights.sparsity == pytest.approx(5 / 32) and profile.weights.block_sparsity == pytest.approx(1 / 8)
+
+
+def test_memory_plan_reuses_and_stays_above_its_lower_bound() -> None:
+    """A chain x -> Exp -> Reshape (a view) -> Mul -> Sqrt -> Relu -> y."""
+    nodes = [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Reshape", ["a", "shape"], ["b"]),
+             helper.make_node("Mul", ["b", "b"], ["c"]), helper.make_node("Sqrt", ["c"], ["d"]),
+             helper.make_node("Relu", ["d"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_x("x", ["n", 256])], [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(np.array([-1], np.int64), "shape")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    plan = gsrewrite.plan_memory(model, ["n=4"])
+    assert plan.naive_bytes == 4 * 4096  # a, b, c, d: 4 KiB each
+    # the view shares a, and Mul and Sqrt write in place into the input that dies with them: one buffer
+    assert plan.lower_bound_bytes == plan.arena_bytes == 4096
+    for one in plan.buffers:  # no two buffers live at once share bytes
+        for other in plan.buffers:
+            if one is not other and one.overlaps(other):
+                assert one.offset + one.size <= other.offset or other.offset + other.size <= one.offset
+
+
+@pytest.fixture
+def bert_like(tmp_path: Path) -> Path:
+    """MatMul + Relu with dynamic (batch, seq)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_x("x", ["batch", "seq", 8])], [helper.make_tensor_value_info("y", F, None)],
+                              [_w("w", (8, 8))])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_cli_commands(bert_like: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    done = runner.invoke(main, ["profile", str(bert_like), "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["total"]["macs"] == "72*batch*seq"
+    csv = runner.invoke(main, ["profile", str(bert_like), "--format", "csv", "--input-shape", "batch=1",
+                               "--input-shape", "seq=2"])
+    assert csv.exit_code == 0 and csv.stdout.splitlines()[1].split(",")[2] == "128"
+    page = tmp_path / "p.html"
+    assert runner.invoke(main, ["profile", str(bert_like), "--plot", str(page)]).exit_code == 0
+    assert "<svg" in page.read_text()
+    again = runner.invoke(main, ["profile", str(bert_like), "--plot", str(page)])
+    assert again.exit_code == 2 and "--force" in again.output
+    mem = runner.invoke(main, ["memory", str(bert_like), "--json", "--input-shape", "seq=4"])
+    assert mem.exit_code == 0 and json.loads(mem.stdout)["bindings"] == {"seq": 4, "batch": 2}
+    out = tmp_path / "s.onnx"
+    shapes = runner.invoke(main, ["shapes", str(bert_like), "-o", str(out), "--check"])
+    assert shapes.exit_code == 0, shapes.output
+    assert any(v.name == "h" for v in onnx.load(out).graph.value_info)
+    cg = runner.invoke(main, ["compute-graph", str(bert_like), "-o", str(tmp_path / "c.onnx"), "--shape-engine",
+                              str(tmp_path / "c.json")])
+    assert cg.exit_code == 0, cg.output
+    engine = json.loads((tmp_path / "c.json").read_text())
+    assert engine["tensors"]["h"] == ["batch", "seq", 8]
+    bad = runner.invoke(main, ["profile", str(bert_like), "--input-shape", "x:1,-2,8"])
+    assert bad.exit_code == 2 and "negative" in bad.output
