@@ -24,6 +24,7 @@ from hostile import CASE_NAMES, HostileCase, build_hostile_corpus, case_tags
 from hostile.runner import (
     ADDRESS_SPACE,
     COMMANDS,
+    EXTRA_OUTPUTS,
     GSREWRITE,
     MODEL_FREE_COMMANDS,
     OUTPUT_FILE,
@@ -94,7 +95,8 @@ def _check(case: HostileCase, command: str, root: Path, scratch: Path) -> None:
         assert run.exit_code == case.expected(command), f"{where}: exit {run.exit_code}; stderr: {run.stderr}"
     assert snapshot(root) == before, f"{where}: the corpus changed"
     writes = COMMANDS[command][1]
-    assert run.left_in_output == ([OUTPUT_FILE] if writes and run.exit_code == 0 else []), where
+    written = [OUTPUT_FILE, *EXTRA_OUTPUTS.get(command, ())]
+    assert run.left_in_output == (sorted(written) if writes and run.exit_code == 0 else []), where
     assert run.left_in_tmp == [], f"{where}: temp files left: {run.left_in_tmp}"
     assert run.left_in_cwd == [], f"{where}: files left in the working folder: {run.left_in_cwd}"
 

@@ -40,7 +40,14 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
 
         verdict = check_shapes(proto, result)
     if output is not None:
-        save_model(annotate(proto, result), output, input_path=model)
+        from gsrewrite.validation.runner import check_runnable, why_unrunnable
+
+        annotated = annotate(proto, result)
+        reason = why_unrunnable(annotated)
+        if reason is not None:
+            raise ValidationError(f"not writing {output}: {reason}")
+        check_runnable(annotated)  # every model gsrewrite writes loads in onnxruntime
+        save_model(annotated, output, input_path=model)
     if as_json:
         data = result.to_dict() if show_all else {k: v for k, v in result.to_dict().items() if k != "tensors"}
         if verdict is not None:

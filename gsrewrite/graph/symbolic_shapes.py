@@ -17,6 +17,7 @@ Input dims come from the model (``dim_param`` names become symbols, unnamed or `
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,9 +220,16 @@ class _Walk:
                         self.symbols.setdefault(name, value_info.name)
                 info.shape = list(dims)
             self.tensors[value_info.name] = info
-        self._baseline()
-        for node in _topological(graph):
+        # ONNX's inference is the fallback: run it (and walk again) only when the rules leave a dim unknown
+        given = dict(self.tensors)
+        order = _topological(graph)
+        for node in order:
             self._visit(node)
+        if any(self._unknown(name) for node in order for name in node.output if name):
+            self.tensors, self.fallback_ops = dict(given), {}
+            self._baseline()
+            for node in order:
+                self._visit(node)
         used: set[str] = set()
         for info in self.tensors.values():
             for dim in info.shape or ():
@@ -234,6 +242,10 @@ class _Walk:
             outputs=[o.name for o in graph.output])
         self.result.unknown = [n for n, i in self.tensors.items()
                                if i.shape is None or any(d is None for d in i.shape)]
+
+    def _unknown(self, name: str) -> bool:
+        info = self.tensors.get(name)
+        return info is None or info.shape is None or any(d is None for d in info.shape) or not info.dtype
 
     def _baseline(self) -> None:
         """ONNX's inference (and the handlers) on a data-free copy, with the given input dims."""
@@ -345,7 +357,7 @@ def _identifier(text: str) -> str:
 def _constant_info(tensor: onnx.TensorProto) -> Info:
     dims = [int(d) for d in tensor.dims]
     info = Info(int(tensor.data_type), list(dims))
-    size = int(np.prod(dims)) if dims else 1
+    size = math.prod(dims)
     if size <= SMALL_CONSTANT and tensor.data_location != onnx.TensorProto.EXTERNAL:
         try:
             array = numpy_helper.to_array(tensor)
@@ -424,7 +436,7 @@ def _skeleton(model: onnx.ModelProto, shapes: Mapping[str, Shape | None]) -> onn
         else:
             graph.input.append(value_info)
     for init in source.initializer:
-        size = int(np.prod(init.dims)) if init.dims else 1
+        size = math.prod(init.dims)
         if size <= SMALL_CONSTANT and init.data_location != onnx.TensorProto.EXTERNAL:
             graph.initializer.append(init)
         elif init.name not in declared:

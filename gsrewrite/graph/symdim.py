@@ -31,11 +31,26 @@ DimValue = Union[int, "Expr"]
 Monomial = tuple[tuple["Atom", int], ...]
 
 
-@dataclass(frozen=True, order=True)
 class Sym:
-    """A named integer (an input dim such as ``batch``)."""
+    """A named integer (an input dim such as ``batch``); hashed once (expressions hash their atoms a lot)."""
 
-    name: str
+    __slots__ = ("_hash", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._hash = hash(("sym", name))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sym) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __lt__(self, other: object) -> bool:
+        return _atom_key(self) < _atom_key(other)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"Sym({self.name!r})"
 
     def text(self) -> str:
         return self.name
@@ -106,6 +121,14 @@ class Expr:
         self._hash = hash(self.terms)
 
     # construction ----------------------------------------------------------------------------------
+    @staticmethod
+    def _sorted(terms: tuple[tuple[Monomial, int], ...]) -> Expr:
+        """An expression from terms already in canonical order with no zero coefficient."""
+        expr = Expr.__new__(Expr)
+        expr.terms = terms
+        expr._hash = hash(terms)
+        return expr
+
     @staticmethod
     def atom(atom: Atom) -> Expr:
         return Expr({((atom, 1),): 1})
@@ -200,10 +223,27 @@ def _make(terms: Mapping[Monomial, int]) -> DimValue:
 def add(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
+    if isinstance(b, int) and isinstance(a, Expr):  # the constant term is the last one
+        return _add_constant(a, b)
+    if isinstance(a, int) and isinstance(b, Expr):
+        return _add_constant(b, a)
     terms = _as_terms(a)
     for m, c in _as_terms(b).items():
         terms[m] = terms.get(m, 0) + c
     return _make(terms)
+
+
+def _add_constant(a: Expr, k: int) -> DimValue:
+    if not k:
+        return a
+    terms = a.terms
+    if terms[-1][0] == ():
+        total = terms[-1][1] + k
+        rest = terms[:-1]
+        if not rest:
+            return total
+        return Expr._sorted((*rest, ((), total)) if total else rest)
+    return Expr._sorted((*terms, ((), k)))
 
 
 def _mul_monomials(x: Monomial, y: Monomial) -> Monomial:
@@ -216,6 +256,13 @@ def _mul_monomials(x: Monomial, y: Monomial) -> Monomial:
 def mul(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a * b
+    if isinstance(a, int):
+        a, b = b, a
+    if isinstance(b, int):  # scaling keeps the canonical order
+        assert isinstance(a, Expr)
+        if b == 0:
+            return 0
+        return a if b == 1 else Expr._sorted(tuple((m, c * b) for m, c in a.terms))
     terms: dict[Monomial, int] = {}
     for m1, c1 in _as_terms(a).items():
         for m2, c2 in _as_terms(b).items():

@@ -21,7 +21,7 @@ from gsrewrite.graph.symbolic_shapes import SymbolicShapes, infer_symbolic
 from gsrewrite.validation.input_sets import fit_budget
 from gsrewrite.validation.inputs import generate_inputs, plan_inputs
 from gsrewrite.validation.memory import default_budget
-from gsrewrite.validation.runner import open_session, serialized_source
+from gsrewrite.validation.runner import cannot_validate, check_outputs, open_session, serialized_source, why_unrunnable
 from gsrewrite.validation.shapes import resolve_shapes
 from gsrewrite.validation.signature import model_inputs
 from gsrewrite.validation.sizes import SizeSet, size_sets
@@ -59,6 +59,10 @@ def check_shapes(model: onnx.ModelProto, shapes: SymbolicShapes | None = None, *
                  max_sizes: int = 3) -> ShapeCheck:
     """Run ``model`` at up to ``max_sizes`` input sizes and compare every tensor's shape with ``shapes``."""
     shapes = shapes or infer_symbolic(model)
+    reason = why_unrunnable(model)
+    if reason is not None:
+        raise cannot_validate(reason)
+    check_outputs(serialized_source(model, "original"))
     specs = model_inputs(model)
     sample = resolve_shapes(specs)
     # sizes are checked before anything is allocated: sets over the memory budget are dropped (the first
@@ -68,12 +72,12 @@ def check_shapes(model: onnx.ModelProto, shapes: SymbolicShapes | None = None, *
     probe = _with_all_outputs(model, shapes)
     results = []
     with open_session(serialized_source(probe, "original"), reuse_memory=False) as opened:
-        session: Any = opened.session
-        names = [o.name for o in session.get_outputs()]
+        names = list(opened.output_names)
         for index, size in enumerate(sets):
             plans = plan_inputs(model, specs, dict(size.shapes))
             feeds = generate_inputs(plans, seed=index)
-            values = session.run(names, feeds)
+            outputs = opened.run(feeds)  # validation's run: time limit, one-line errors
+            values = [outputs[name] for name in names]
             check = SizeCheck(size.name, _bindings(shapes, feeds))
             for name, value in zip(names, values, strict=True):
                 _compare(check, shapes, name, tuple(getattr(value, "shape", ())))

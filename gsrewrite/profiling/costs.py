@@ -16,6 +16,7 @@ expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind`
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,7 +262,8 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     stats: dict[str, WeightStats | None] = {}
     context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
                               for o in model.opset_import}, shapes)
-    nodes = [_node_cost(node, shapes, constants, stats, context) for node in graph.node
+    tensors: dict[str, gs.Tensor] = {}
+    nodes = [_node_cost(node, shapes, constants, stats, context, tensors) for node in graph.node
              if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
     profile = Profile(nodes, shapes, bindings=dict(shapes.bindings))
     used = {name for node in graph.node for name in node.input if name in constants}
@@ -269,7 +271,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
              if name in constants}
     for name in used:
         tensor = constants[name]
-        elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+        elements = math.prod(tensor.dims)
         profile.params += elements
         profile.weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
         weight = stats.get(name) if name in stats else _weight_stats(tensor)
@@ -279,7 +281,8 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
 
 
 def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto],
-               stats: dict[str, WeightStats | None], context: ProfileContext) -> NodeCost:
+               stats: dict[str, WeightStats | None], context: ProfileContext,
+               tensors: dict[str, gs.Tensor]) -> NodeCost:
     inputs: list[gs.Tensor] = []
     params = weight_bytes = 0
     weights: WeightStats | None = None
@@ -288,8 +291,10 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
             inputs.append(gs.Variable.empty())
         elif name in constants:
             tensor = constants[name]
-            inputs.append(gs.Constant(name, LazyValues(tensor)))
-            elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+            if name not in tensors:
+                tensors[name] = gs.Constant(name, LazyValues(tensor))
+            inputs.append(tensors[name])
+            elements = math.prod(tensor.dims)
             params += elements
             weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
             if name not in stats:
@@ -299,11 +304,9 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
                 weights = WeightStats(0, 0, 0, 0) if weights is None else weights
                 weights.add(found)
         else:
-            inputs.append(_variable(name, shapes))
-    outputs = [_variable(name, shapes) if name else gs.Variable.empty() for name in node.output]
-    attrs = {a.name: _attr(a) for a in node.attribute}
-    gs_node = gs.Node(node.op_type, node.name, attrs=attrs, inputs=inputs, outputs=outputs,
-                      domain=node.domain or None)
+            inputs.append(_variable(name, shapes, tensors))
+    outputs = [_variable(name, shapes, tensors) if name else gs.Variable.empty() for name in node.output]
+    gs_node = _light_node(node, inputs, outputs)
     answer = plugin_hooks.profile_op(gs_node, context)
     macs = None if answer is None else answer.macs
     if macs is not None and not isinstance(macs, (int, symdim.Expr)):
@@ -329,13 +332,26 @@ def _product(shape: list[Any]) -> Count:
     return total
 
 
-def _variable(name: str, shapes: SymbolicShapes) -> gs.Variable:
+def _light_node(node: onnx.NodeProto, inputs: list[gs.Tensor], outputs: list[gs.Tensor]) -> gs.Node:
+    """A graphsurgeon node as profilers read it (op, name, domain, attrs, inputs, outputs), without the
+    producer/consumer links a graph needs (building those was most of the profile's time)."""
+    view = gs.Node.__new__(gs.Node)
+    view.op, view.name, view.domain = node.op_type, node.name, node.domain or None
+    view.attrs = {a.name: _attr(a) for a in node.attribute}
+    view.inputs, view.outputs = inputs, outputs  # type: ignore[assignment]
+    return view
+
+
+def _variable(name: str, shapes: SymbolicShapes, cache: dict[str, gs.Tensor]) -> gs.Tensor:
+    if name in cache:
+        return cache[name]
     dtype_code = shapes.dtype(name)
     try:
         dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype_code) if dtype_code else None
     except (KeyError, TypeError, ValueError):
         dtype = None
-    return gs.Variable(name, dtype=dtype, shape=shapes.shape(name))
+    cache[name] = gs.Variable(name, dtype=dtype, shape=shapes.shape(name))
+    return cache[name]
 
 
 def _attr(attr: onnx.AttributeProto) -> Any:
@@ -348,7 +364,7 @@ def _attr(attr: onnx.AttributeProto) -> Any:
 
 
 def _weight_stats(tensor: onnx.TensorProto) -> WeightStats | None:
-    elements = int(np.prod(tensor.dims)) if tensor.dims else 1
+    elements = math.prod(tensor.dims)
     if elements < SPARSITY_MIN_ELEMENTS or tensor.data_location == onnx.TensorProto.EXTERNAL:
         return None
     try:
@@ -362,6 +378,7 @@ def _weight_stats(tensor: onnx.TensorProto) -> WeightStats | None:
     zeros = int(np.count_nonzero(zero))
     last = array.shape[-1] if array.ndim else 1
     if last % BLOCK == 0 and array.size:
-        blocks = zero.reshape(-1, BLOCK).all(axis=1)
-        return WeightStats(elements, zeros, int(blocks.size), int(np.count_nonzero(blocks)))
+        # four booleans are four bytes: a block is all zero when they read as 0x01010101 (one pass, no copy)
+        blocks = np.ascontiguousarray(zero).view(np.uint32)
+        return WeightStats(elements, zeros, int(blocks.size), int(np.count_nonzero(blocks == 0x01010101)))
     return WeightStats(elements, zeros, 0, 0)

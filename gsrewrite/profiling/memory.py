@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,12 +119,8 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
                 unknown.append(name)
                 continue
             end = last_use.get(name, step)
-            source = node.input[0] if node.input else ""
-            shared = owner.get(source) if index == 0 and source and source not in graph_inputs | constants \
-                else None
-            if shared is not None and (node.op_type in ALIAS_OPS or (
-                    node.op_type in IN_PLACE_OPS and last_use.get(source) == step and shared.size == size
-                    and shared.end == step)):
+            shared = _reusable(node, index, step, size, owner, last_use, graph_inputs | constants)
+            if shared is not None:
                 shared.end = max(shared.end, end)
                 shared.aliases.append(name)
                 owner[name] = shared
@@ -145,6 +142,24 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
         buffers=buffers, input_bytes=sum(size_of(n) or 0 for n in graph_inputs),
         output_bytes=sum(size_of(n) or 0 for n in graph_outputs), weight_bytes=weight_bytes,
         bindings=dict(bindings), unknown=unknown, strategy=strategy)
+
+
+def _reusable(node: onnx.NodeProto, index: int, step: int, size: int, owner: Mapping[str, Buffer],
+              last_use: Mapping[str, int], kept: set[str]) -> Buffer | None:
+    """The buffer output ``index`` of ``node`` may share: a view's input, or for an elementwise op any input of
+    the same size whose buffer dies at this step (each element is read before it is written)."""
+    if index != 0 or not node.input:
+        return None
+    if node.op_type in ALIAS_OPS:
+        source = node.input[0]
+        return owner.get(source) if source and source not in kept else None
+    if node.op_type not in IN_PLACE_OPS:
+        return None
+    for source in node.input:
+        shared = owner.get(source) if source and source not in kept else None
+        if shared is not None and last_use.get(source) == step and shared.size == size and shared.end == step:
+            return shared
+    return None
 
 
 def _elements(dims: Any) -> int:
@@ -178,28 +193,49 @@ ORDERS: dict[str, Any] = {
     "largest area first": lambda b: (-b.size * (b.end - b.start + 1), b.start),
     "earliest first": lambda b: (b.start, -b.size),
 }
-#: randomized orders tried after the fixed ones while the arena is above the lower bound
-RANDOM_TRIES = 24
+#: buffers living at least this share of the steps go first (at the bottom) in the "pinned" orders
+LONG_LIVED = (0.5, 0.25)
+#: time the local search over placement orders may take while the arena is above the lower bound
+SEARCH_SECONDS = 0.3
 
 
 def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[int]]:
-    best: tuple[int, str, list[int]] | None = None
-    for (strategy, key), fit in itertools.product(ORDERS.items(), ("best", "first")):
-        offsets = _place(buffers, key, fit)
+    """The smallest arena of the fixed orders, then a local search over the order (move one buffer earlier,
+    keep the move when the arena is no larger) within :data:`SEARCH_SECONDS`, until the lower bound."""
+    n = len(buffers)
+    steps = max((b.end for b in buffers), default=0) + 1
+    candidates: list[tuple[str, list[int]]] = []
+    for name, key in ORDERS.items():
+        ranked = [key(b) for b in buffers]
+        candidates.append((name, sorted(range(n), key=ranked.__getitem__)))
+    for share in LONG_LIVED:
+        def pinned(i: int, share: float = share) -> tuple[int, int, int]:
+            b = buffers[i]
+            return (0 if (b.end - b.start + 1) >= share * steps else 1, -b.size, b.start)
+        candidates.append((f"long-lived ({share:.0%} of steps) pinned, then largest first", sorted(range(n),
+                                                                                                  key=pinned)))
+    best: tuple[int, str, list[int], list[int], str] | None = None
+    for (name, order), fit in itertools.product(candidates, ("best", "first")):
+        offsets = _place_order(buffers, order, fit)
         arena = _arena(buffers, offsets)
         if best is None or arena < best[0]:
-            best = (arena, f"{strategy}, {fit} fit", offsets)
+            best = (arena, f"{name}, {fit} fit", offsets, order, fit)
     assert best is not None
+    arena, strategy, offsets, order, fit = best
     rng = random.Random(0)
-    for _ in range(RANDOM_TRIES if len(buffers) <= 5000 else 0):
-        if best[0] <= lower:
-            break
-        noise = {id(b): rng.random() for b in buffers}
-        offsets = _place(buffers, lambda b, noise=noise: (-b.size * (0.5 + noise[id(b)]), b.start), "best")
-        arena = _arena(buffers, offsets)
-        if arena < best[0]:
-            best = (arena, "largest first, perturbed", offsets)
-    return best
+    deadline = time.perf_counter() + SEARCH_SECONDS
+    improved = False
+    while arena > lower and n > 1 and time.perf_counter() < deadline:
+        trial = list(order)
+        i = rng.randrange(1, n)
+        j = rng.randrange(0, i)
+        trial.insert(j, trial.pop(i))
+        trial_offsets = _place_order(buffers, trial, fit)
+        trial_arena = _arena(buffers, trial_offsets)
+        if trial_arena <= arena:
+            improved = improved or trial_arena < arena
+            order, offsets, arena = trial, trial_offsets, trial_arena
+    return arena, strategy + (", then local search" if improved else ""), offsets
 
 
 def _arena(buffers: list[Buffer], offsets: list[int]) -> int:
@@ -220,10 +256,9 @@ def _lower_bound(buffers: list[Buffer], steps: int) -> tuple[int, int]:
     return best, best_step
 
 
-def _place(buffers: list[Buffer], key: Any, fit: str) -> list[int]:
-    """Greedy placement: each buffer (in ``key`` order) in a free gap among the already placed buffers that
+def _place_order(buffers: list[Buffer], order: list[int], fit: str) -> list[int]:
+    """Greedy placement: each buffer (in ``order``) in a free gap among the already placed buffers that
     overlap it in time: the smallest gap that fits (``best``) or the lowest (``first``)."""
-    order = sorted(range(len(buffers)), key=lambda i: key(buffers[i]))
     offsets = [-1] * len(buffers)
     placed: list[int] = []
     for i in order:

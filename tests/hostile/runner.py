@@ -52,6 +52,10 @@ def _io_names(model: str) -> list[str]:
     return ["--inputs", inputs, "--outputs", outputs]
 
 
+#: files a writing command leaves beside OUTPUT_FILE on success (compute-graph's shape engine)
+EXTRA_OUTPUTS: dict[str, tuple[str, ...]] = {"compute-graph": ("out.onnx.json",)}
+
+
 #: commands `gsrewrite --help` lists that take no model (checked by the test to keep COMMANDS complete)
 MODEL_FREE_COMMANDS = frozenset({"passes", "patterns", "plugins"})
 

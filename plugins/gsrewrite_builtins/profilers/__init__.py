@@ -19,9 +19,9 @@ plain graphsurgeon node are read as expressions too), and MACs are then expressi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.plugin_api import DimValue, OpCost, dim_of
@@ -83,7 +83,7 @@ def input_elements(node: gs.Node, index: int = 0) -> DimValue | None:
 
 def params(node: gs.Node) -> int:
     """Elements of the node's constant inputs."""
-    return sum(int(np.prod(t.shape)) for t in node.inputs if isinstance(t, gs.Constant))
+    return sum(math.prod(t.shape) for t in node.inputs if isinstance(t, gs.Constant))
 
 
 def has_input(node: gs.Node, index: int) -> bool:
