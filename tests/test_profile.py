@@ -161,3 +161,19 @@ def test_cli_commands(bert_like: Path, tmp_path: Path) -> None:
     assert engine["tensors"]["h"] == ["batch", "seq", 8]
     bad = runner.invoke(main, ["profile", str(bert_like), "--input-shape", "x:1,-2,8"])
     assert bad.exit_code == 2 and "negative" in bad.output
+
+
+def test_folding_batchnorm_into_conv_keeps_the_total() -> None:
+    """Conv (no bias) + BatchNormalization counts what the Conv with the folded bias counts after optimize."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")] + [
+        numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, name) for name in ("s", "b", "m", "v")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [_x("x", ["n", 3, 8, 8])], [helper.make_tensor_value_info("y", F, None)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folded = gsrewrite.optimize(model, validate=False).model
+    assert [n.op_type for n in folded.graph.node] == ["Conv"]
+    before, after = gsrewrite.profile(model).macs, gsrewrite.profile(folded).macs
+    assert before == after == sym("n") * 4 * 64 * (27 + 1)

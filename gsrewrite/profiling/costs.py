@@ -235,6 +235,18 @@ class ProfileContext:
 
     opsets: dict[str, int]
     shapes: SymbolicShapes
+    #: tensor -> the node producing it (main graph)
+    producers: dict[str, onnx.NodeProto] = field(default_factory=dict)
+
+    def producer_op(self, name: str) -> str | None:
+        """The op type of the node that produces ``name`` (``None`` for inputs and constants)."""
+        node = self.producers.get(name)
+        return None if node is None else node.op_type
+
+    def producer_input_count(self, name: str) -> int:
+        """How many inputs (not omitted) the producer of ``name`` has (0 without a producer)."""
+        node = self.producers.get(name)
+        return 0 if node is None else sum(1 for i in node.input if i)
 
     def opset(self, domain: str = "") -> int | None:
         return self.opsets.get("" if domain == "ai.onnx" else domain)
@@ -261,7 +273,8 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
                     constants[node.output[0]] = attr.t
     stats: dict[str, WeightStats | None] = {}
     context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
-                              for o in model.opset_import}, shapes)
+                              for o in model.opset_import}, shapes,
+                             {out: node for node in graph.node for out in node.output if out})
     tensors: dict[str, gs.Tensor] = {}
     nodes = [_node_cost(node, shapes, constants, stats, context, tensors) for node in graph.node
              if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]

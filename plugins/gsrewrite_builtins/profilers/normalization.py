@@ -59,8 +59,22 @@ def profile_group_norm(node: gs.Node, context: Any) -> OpCost:
     return cost(node, norm_macs(input_elements(node), None if batch is None else batch * groups, LAYERNORM))
 
 
+#: ops every runtime folds a following inference BatchNormalization into (its scale and shift join the weights)
+FOLDS_BATCHNORM = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
 def profile_batch_norm(node: gs.Node, context: Any) -> OpCost:
+    """A scale and a shift per element. After a Conv/Gemm/MatMul, which every runtime (and gsrewrite's optimize)
+    folds it into, the scale is free (it joins the weights) and the shift is the bias add the folded op gains:
+    one add per element when the producer has no bias yet, else nothing. A model counts the same before and
+    after the fold."""
     out = output_elements(node)
+    name = node.inputs[0].name
+    producer = context.producer_op(name) if hasattr(context, "producer_op") else None
+    if producer in FOLDS_BATCHNORM:
+        bias_index = 2
+        has_bias = context.producer_input_count(name) > bias_index
+        return cost(node, 0 if has_bias else (None if out is None else out * ADD))
     return cost(node, None if out is None else out * (MUL + ADD))
 
 
