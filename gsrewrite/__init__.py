@@ -32,6 +32,8 @@ _LAZY = {
     "simplify": "gsrewrite.pipelines",
     "extract": "gsrewrite.pipelines.extract",
     "infer_shapes": "gsrewrite.pipelines.analysis",
+    "compress": "gsrewrite.pipelines.compress",
+    "bench": "gsrewrite.pipelines.bench",
     "profile": "gsrewrite.pipelines.analysis",
     "plan_memory": "gsrewrite.pipelines.analysis",
 }

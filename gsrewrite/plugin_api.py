@@ -30,6 +30,7 @@ _WHERE: dict[str, str] = {
     "GsrewriteError": "gsrewrite.errors",
     "PatternError": "gsrewrite.errors",
     "UsageError": "gsrewrite.errors",
+    "generated_inputs": "gsrewrite.validation.inputs",
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym"), "gsrewrite.graph.symdim"),
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),

@@ -25,7 +25,6 @@ HOOKS = sorted(
 #: hooks that no library code calls yet (hook -> why, with the issue that gives it a caller). Read as data by
 #: tests/conftest.py: keep it a literal dict.
 NO_LIBRARY_CALLER = {
-    "gsrewrite_register_compression_strategies": "there is no compression subsystem yet; issue 9 adds it",
 }
 #: facade function per hook, when its name is not the hook name without the prefix.
 FACADE = {"gsrewrite_cli_commands": "collect_cli_commands"}

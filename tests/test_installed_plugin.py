@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
@@ -97,3 +98,19 @@ def test_its_op_is_shaped_and_profiled_symbolically_by_the_installed_cli(with_pl
     bare = json.loads(_ok(_run(with_plugin / "gsrewrite", "--disable-plugin", "testplugin", "profile", "m.onnx",
                                "--json", cwd=tmp_path)).stdout)
     assert bare["unprofiled"] == {"test.domain.Double": 1, "Relu": 1}  # nor the Relu behind it a shape
+
+
+def test_its_compression_strategy_is_listed_validated_and_applied(with_plugin: Path, tmp_path: Path) -> None:
+    rng = __import__("numpy").random.default_rng(0)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 8], rng.standard_normal(64).tolist())
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    listed = _ok(_run(with_plugin / "gsrewrite", "compress", "--list", cwd=tmp_path)).stdout
+    assert "testplugin-round16" in listed and "int4" in listed
+    done = json.loads(_ok(_run(with_plugin / "gsrewrite", "compress", "m.onnx", "r.onnx", "--strategy",
+                               "testplugin-round16", "--bench-runs", "0", "--json", cwd=tmp_path)).stdout)
+    assert done["ok"] and done["validated"] and done["outputs"][0]["cosine"] > 0.9999
+    stored = onnx.numpy_helper.to_array(onnx.load(tmp_path / "r.onnx").graph.initializer[0])
+    assert (stored.astype("float16").astype("float32") == stored).all()

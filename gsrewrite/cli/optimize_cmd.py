@@ -26,11 +26,13 @@ from gsrewrite.cli.apply_cmd import device_option
               help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @click.option("--explain", is_flag=True, help="Also report, per pattern, the deepest near miss and why.")
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+@click.option("--compress", "compress_with", default=None, metavar="STRATEGY",
+              help="Then compress with this strategy (gsrewrite compress --list), validated against the input.")
 @validation_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
              opset: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
-             validation: dict[str, Any], as_json: bool, **io: Any) -> None:
+             compress_with: str | None, validation: dict[str, Any], as_json: bool, **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
@@ -39,9 +41,43 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                 "simplify": not no_simplify, "validation": validation if validate else None, "explain": explain}
 
     def one(job: Job) -> None:
+        if compress_with is not None:
+            _optimize_and_compress(job, settings, compress_with, in_place, as_json, io)
+            return
         _optimize_one(job, settings, in_place, as_json, io)
 
     run_jobs(jobs_, workers, one, as_json)
+
+
+def _optimize_and_compress(job: Job, settings: dict[str, Any], strategy: str, in_place: bool, as_json: bool,
+                           io: dict[str, Any]) -> None:
+    """Fusions, then the strategy on the fused model, its outputs compared with the input model's."""
+    from gsrewrite.model_io import check_output_path, load_model, save_model
+    from gsrewrite.pipelines.compress import compress, strategies
+    from gsrewrite.pipelines.optimize import optimize_model
+    from gsrewrite.reporting import size_text
+
+    strategies().get(strategy)  # an unknown name fails before any work
+    external = io["external_data"] or None
+    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+    original = load_model(job.model)
+    with working(f"optimizing {job.model}..."):
+        result = optimize_model(original, source_path=job.model, **settings)
+    validation = settings["validation"]
+    with working(f"compressing {job.model} ({strategy})..."):
+        compressed = compress(result.model, strategy, reference=original, validate=validation is not None,
+                              inputs=(validation or {}).get("inputs"),
+                              input_shapes=(validation or {}).get("input_shapes"), bench_runs=0)
+    size = save_model(compressed.model, job.output, input_path=job.model, in_place=in_place,
+                      external_data=external, size_threshold=io["size_threshold"])
+    if as_json:
+        emit(result.to_dict() | {"compress": compressed.to_dict()}, job.output, compressed.file_bytes[0], size)
+        return
+    show(result.report_blocks(verbose=io["verbosity"] > 0), job.output, size, io["verbosity"]) \
+        if io["verbosity"] > 0 else None
+    if io["verbosity"] >= 0:
+        console().print(compressed.report(), markup=False, highlight=False, soft_wrap=True)
+    console().print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
 
 
 def _optimize_one(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any]) -> None:

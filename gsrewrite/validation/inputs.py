@@ -127,3 +127,12 @@ def draw_mask(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype,
             holes[0] = False
             values[row, holes] = 0
     return values
+
+
+def generated_inputs(model: onnx.ModelProto, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """``count`` input sets for ``model`` at validation's sample sizes, drawn as validation draws them (for
+    plugins that need inputs: a quantizer's calibration)."""
+    from gsrewrite.validation.signature import model_inputs
+
+    plans = plan_inputs(model, model_inputs(model))
+    return [generate_inputs(plans, seed + i, mask_offset=i) for i in range(count)]

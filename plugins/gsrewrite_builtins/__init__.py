@@ -15,4 +15,5 @@ BUILTIN_PLUGINS: list[str] = [
     "gsrewrite_builtins.profilers.contrib",
     "gsrewrite_builtins.shape_handlers",
     "gsrewrite_builtins.passes",
+    "gsrewrite_builtins.compression",
 ]

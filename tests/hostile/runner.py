@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
     "explain": (lambda model, out: ["explain", "--pattern", "all", model], False),
     "extract": (lambda model, out: ["extract", model, *_io_names(model), "-o", out], True),
     "shapes": (lambda model, out: ["shapes", model, "-o", out], True),
+    "compress": (lambda model, out: ["compress", model, "-o", out, "--strategy", "int8", "--bench-runs", "0"], True),
     "profile": (lambda model, out: ["profile", model], False),
     "memory": (lambda model, out: ["memory", model], False),
     "compute-graph": (lambda model, out: ["compute-graph", model, "-o", out, "--shape-engine",

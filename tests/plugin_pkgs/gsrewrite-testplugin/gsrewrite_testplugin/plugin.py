@@ -68,3 +68,36 @@ def gsrewrite_profile_op(node: Any, context: Any) -> Any:
     for d in shape:
         total = total * d
     return OpCost(macs=total)
+
+
+# --- gsrewrite_register_compression_strategies ----------------------------------------------------------------
+class HalfWeights:
+    """A third-party strategy: float weights rounded to float16 precision and stored back as float32 (the file
+    does not shrink; it is here to show the hook, the validation and the report)."""
+
+    name = "testplugin-round16"
+    description = "The test plugin's strategy: float weights rounded to float16 precision."
+    options = ("min_elements",)
+
+    def __init__(self) -> None:
+        from gsrewrite.plugin_api import Tolerance
+
+        self.tolerance = Tolerance(min_cosine=0.999)
+
+    def apply(self, model: Any, **options: Any) -> Any:
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+
+        result = onnx.ModelProto()
+        result.CopyFrom(model)
+        for i, tensor in enumerate(result.graph.initializer):
+            if tensor.data_type == onnx.TensorProto.FLOAT and np.prod(tensor.dims) >= options.get("min_elements", 1):
+                values = numpy_helper.to_array(tensor).astype(np.float16).astype(np.float32)
+                result.graph.initializer[i].CopyFrom(numpy_helper.from_array(values, tensor.name))
+        return result
+
+
+@hookimpl
+def gsrewrite_register_compression_strategies(registry: Any) -> None:
+    registry.add(HalfWeights())

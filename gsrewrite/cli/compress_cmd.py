@@ -1,0 +1,103 @@
+"""``gsrewrite compress``: a compression strategy, validated against the uncompressed model, with a report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from gsrewrite.cli._jobs import Job, io_options, run_jobs
+from gsrewrite.cli._output import console, emit_json, json_option, table
+
+
+def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from gsrewrite.pipelines.compress import strategies
+
+    registry = strategies()
+    rows = []
+    for name in registry.names():
+        strategy = registry.get(name)
+        tolerance = getattr(strategy, "tolerance", None)
+        rows.append((name, getattr(strategy, "description", ""),
+                     "" if tolerance is None else f"cosine >= {tolerance.min_cosine}",
+                     ", ".join(getattr(strategy, "options", ()))))
+    console().print(table("Compression strategies", ["name", "what", "tolerance", "options"], rows))
+    ctx.exit(0)
+
+
+@click.command()
+@click.option("--list", "list_", is_flag=True, expose_value=False, is_eager=True, callback=_list,
+              help="List the compression strategies (built-in and plugins') and exit.")
+@io_options
+@click.option("-s", "--strategy", required=True, metavar="NAME", help="fp16, bf16, dynamic-int8, static-int8, int8, "
+              "int4, or a plugin's (--list).")
+@click.option("--symmetric/--asymmetric", default=None, help="int8/int4/dynamic-int8: signed codes (zero point 0) or "
+              "unsigned with a zero point.")
+@click.option("--granularity", type=click.Choice(["tensor", "channel", "block"]), default=None,
+              help="int8/int4: one scale per tensor, per output channel, or per block.")
+@click.option("--block-size", type=click.IntRange(16, 256), default=None, help="int8/int4 blocks (power of 2).")
+@click.option("--target", type=click.Choice(["ort", "onnx"]), default=None,
+              help="int8/int4: com.microsoft MatMulNBits (ort) or standard DequantizeLinear (onnx).")
+@click.option("--allow-opset-upgrade", is_flag=True, default=None,
+              help="int4/blocked --target onnx: convert the model to opset 21 when it is older.")
+@click.option("--calibration", default=None, metavar="FILE.npz|DIR",
+              help="static-int8: calibration inputs (default: generated).")
+@click.option("--keep-io-types/--no-keep-io-types", default=None, help="fp16: keep inputs/outputs float32.")
+@click.option("--exclude", multiple=True, metavar="NODE", help="Leave this node uncompressed (repeatable).")
+@click.option("--op-types", default=None, metavar="A,B", help="dynamic/static-int8: op types to quantize.")
+@click.option("--min-cosine", type=float, default=None, help="Override the strategy's minimum cosine per output.")
+@click.option("--max-abs", type=float, default=None, help="Also require this max abs error per output.")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Compare outputs with the uncompressed model (and bisect nodes that break the tolerance).")
+@click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs for validation and latency.")
+@click.option("--bench-runs", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Latency before/after: interleaved onnxruntime runs (0: skip).")
+@json_option
+def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, validate: bool, bench_runs: int,
+             min_cosine: float | None, max_abs: float | None, as_json: bool, **kwargs: Any) -> None:
+    """Compress MODEL with a strategy and write it to OUTPUT (default MODEL_STEM.opt.onnx), after checking its
+    outputs against the uncompressed model with the strategy's tolerance (cosine similarity, max error).
+
+    gsrewrite compress model.onnx small.onnx --strategy int4 --block-size 32"""
+    io = {k: kwargs.pop(k) for k in ("force", "external_data", "size_threshold", "verbosity")}
+    options = _strategy_options(kwargs)
+
+    def one(job: Job) -> None:
+        from gsrewrite.cli._output import working
+        from gsrewrite.model_io import check_output_path, save_model
+        from gsrewrite.pipelines.compress import compress as run
+
+        external = io["external_data"] or None
+        check_output_path(job.output, input_path=job.model, external_data=external)
+        with working(f"compressing {job.model}..."):
+            result = run(job.model, strategy, validate=validate, inputs=inputs, min_cosine=min_cosine,
+                         max_abs=max_abs, bench_runs=bench_runs, **options)
+        size = save_model(result.model, job.output, input_path=job.model, external_data=external,
+                          size_threshold=io["size_threshold"])
+        if as_json:
+            emit_json(result.to_dict() | {"output": job.output, "bytes_written": size})
+            return
+        out = console()
+        if io["verbosity"] >= 0:
+            out.print(result.report(), markup=False, highlight=False, soft_wrap=True)
+        from gsrewrite.reporting import size_text
+
+        out.print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
+
+    run_jobs(jobs_, workers, one, as_json)
+
+
+def _strategy_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The options the user gave (unset ones are not passed: each strategy has its own defaults)."""
+    options: dict[str, Any] = {}
+    for key in ("symmetric", "granularity", "block_size", "target", "allow_opset_upgrade", "calibration",
+                "keep_io_types"):
+        if values.get(key) is not None:
+            options[key] = values[key]
+    if values.get("exclude"):
+        options["exclude"] = list(values["exclude"])
+    if values.get("op_types"):
+        options["op_types"] = [t.strip() for t in values["op_types"].split(",") if t.strip()]
+    return options

@@ -1,0 +1,53 @@
+"""What the built-in strategies share: the result they return and small graph lookups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+
+@dataclass
+class Compressed:
+    """A strategy's result: the model, lines for the report, and the nodes it changed (for bisection)."""
+
+    model: onnx.ModelProto
+    notes: list[str] = field(default_factory=list)
+    quantized_nodes: list[str] = field(default_factory=list)
+
+
+def initializer_map(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
+    inputs = {i.name for i in graph.input}
+    return {t.name: t for t in graph.initializer if t.name not in inputs}
+
+
+def consumers(graph: onnx.GraphProto) -> dict[str, int]:
+    """How many node inputs (main graph and subgraphs) read each name."""
+    counts: dict[str, int] = {}
+
+    def walk(g: onnx.GraphProto) -> None:
+        for node in g.node:
+            for name in node.input:
+                counts[name] = counts.get(name, 0) + 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    walk(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        walk(sub)
+    walk(graph)
+    for output in graph.output:
+        counts[output.name] = counts.get(output.name, 0) + 1
+    return counts
+
+
+def unique_name(model: onnx.ModelProto, base: str) -> str:
+    graph = model.graph
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
+        {n.name for n in graph.node} | {i.name for i in graph.input}
+    cleaned = "".join(c if c.isalnum() or c in "._-/" else "_" for c in base)
+    name, i = cleaned, 0
+    while name in taken:
+        i += 1
+        name = f"{cleaned}_{i}"
+    return name

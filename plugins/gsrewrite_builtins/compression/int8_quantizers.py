@@ -1,0 +1,144 @@
+"""``dynamic-int8`` and ``static-int8``: onnxruntime's quantizers wrapped as strategies (gsrewrite adds the
+selection, the validation and the report; the quantization itself is onnxruntime's).
+
+* ``dynamic-int8``: ``quantize_dynamic`` (int8 weights per channel or per tensor, activations quantized at run
+  time) of MatMul/Gemm (``op_types`` to change), the transformer case.
+* ``static-int8``: ``quantize_static`` in QDQ format with calibration on given inputs (``calibration``: an
+  ``.npz`` file or a folder of them, keys = input names) or, without them, on generated inputs; for CNNs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from gsrewrite.plugin_api import Tolerance, UsageError
+from gsrewrite_builtins.compression.common import Compressed
+
+
+class _QuietAdvice(logging.Filter):
+    """onnxruntime's quantizers log advice on the root logger ("Please consider to run pre-processing..."):
+    gsrewrite's output stays its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith("Please consider")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    advice = _QuietAdvice()
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.removeFilter(advice)
+
+
+def _check(name: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise UsageError(f"strategy {name!r} has no option {unknown[0]!r} (options: {', '.join(allowed)})")
+
+
+def _quantized_nodes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
+    kept = {n.name for n in after.graph.node}
+    return [n.name for n in before.graph.node if n.name and n.name not in kept]
+
+
+@dataclass
+class DynamicInt8:
+    name: str = "dynamic-int8"
+    description: str = "onnxruntime quantize_dynamic: int8 MatMul/Gemm weights, activations quantized at run time"
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99))
+    options: tuple[str, ...] = ("op_types", "per_channel", "reduce_range", "exclude", "symmetric")
+
+    def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
+        _check(self.name, options, self.options)
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        present = {n.op_type for n in model.graph.node}
+        op_types = list(options.get("op_types") or [t for t in ("MatMul", "Gemm", "Attention") if t in present])
+        with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
+            source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
+            onnx.save(model, source)
+            try:
+                quantize_dynamic(source, target, weight_type=QuantType.QInt8, op_types_to_quantize=op_types,
+                                 per_channel=bool(options.get("per_channel", False)),
+                                 reduce_range=bool(options.get("reduce_range", False)),
+                                 nodes_to_exclude=list(options.get("exclude") or ()),
+                                 extra_options={"MatMulConstBOnly": True,
+                                                "WeightSymmetric": bool(options.get("symmetric", True))})
+            except Exception as exc:  # onnxruntime's quantizer failing on this graph: one line
+                raise UsageError(f"onnxruntime's quantize_dynamic failed: {str(exc).splitlines()[0]}") from None
+            result = onnx.load(target)
+        changed = _quantized_nodes(model, result)
+        return Compressed(result, [f"{len(changed)} node(s) quantized by onnxruntime's quantize_dynamic "
+                                   f"({', '.join(op_types)})"], changed)
+
+
+@dataclass
+class StaticInt8:
+    name: str = "static-int8"
+    description: str = "onnxruntime quantize_static, QDQ, calibrated on --calibration inputs (CNNs)"
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.98))
+    options: tuple[str, ...] = ("calibration", "op_types", "per_channel", "exclude", "calibration_sets")
+
+    def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
+        _check(self.name, options, self.options)
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        feeds = list(_calibration_feeds(model, options.get("calibration"), int(options.get("calibration_sets")
+                                                                                or 8)))
+
+        class Reader(CalibrationDataReader):  # type: ignore[misc]
+            def __init__(self) -> None:
+                self._items = iter(feeds)
+
+            def get_next(self) -> dict[str, np.ndarray] | None:
+                return next(self._items, None)
+
+        op_types = list(options.get("op_types") or ["Conv", "MatMul", "Gemm"])
+        with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
+            source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
+            onnx.save(model, source)
+            try:
+                quantize_static(source, target, Reader(), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                                op_types_to_quantize=op_types, per_channel=bool(options.get("per_channel", True)),
+                                nodes_to_exclude=list(options.get("exclude") or ()))
+            except Exception as exc:
+                raise UsageError(f"onnxruntime's quantize_static failed: {str(exc).splitlines()[0]}") from None
+            result = onnx.load(target)
+        where = "given inputs" if options.get("calibration") else "generated inputs (give --calibration for real data)"
+        added = sum(1 for n in result.graph.node if n.op_type == "QuantizeLinear")
+        return Compressed(result, [f"QDQ int8, calibrated on {len(feeds)} input set(s) from {where}; "
+                                   f"{added} QuantizeLinear node(s)"])
+
+
+def _calibration_feeds(model: onnx.ModelProto, source: Any, count: int) -> Iterator[dict[str, np.ndarray]]:
+    if source:
+        paths = sorted(Path(source).glob("*.npz")) if os.path.isdir(source) else [Path(source)]
+        if not paths:
+            raise UsageError(f"--calibration {source}: no .npz file there")
+        for path in paths:
+            try:
+                with np.load(path) as data:
+                    yield {k: data[k] for k in data.files}
+            except (OSError, ValueError) as exc:
+                raise UsageError(f"--calibration {path}: not a readable .npz file ({exc})") from None
+        return
+    from gsrewrite.plugin_api import generated_inputs
+
+    yield from generated_inputs(model, count)

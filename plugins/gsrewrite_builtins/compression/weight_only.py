@@ -1,0 +1,246 @@
+"""``int8`` and ``int4``: weight-only quantization of MatMul / Gemm weights (and Conv weights at 8 bits).
+
+* ``--target ort`` (default): MatMul and Gemm become com.microsoft ``MatMulNBits`` (blocked, 4 or 8 bits; the
+  kernel onnxruntime runs for LLM weights). Conv weights (int8) use ``DequantizeLinear``.
+* ``--target onnx``: the weight is stored quantized and a standard ``DequantizeLinear`` feeds the original op
+  (per-tensor / per-channel from opset 13; blocked and 4-bit types need opset 21, which the strategy raises to
+  only with ``allow_opset_upgrade``).
+
+Options: ``symmetric`` (default True), ``granularity`` (tensor | channel | block; default block for int4,
+channel for int8 at ``--target onnx``; MatMulNBits is always blocked), ``block_size`` (16-256, default 32),
+``target``, ``min_elements`` (smaller weights stay float, default 4096), ``exclude`` (node names),
+``allow_opset_upgrade``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from gsrewrite.plugin_api import Tolerance, UsageError
+from gsrewrite_builtins.compression.common import Compressed, consumers, initializer_map, unique_name
+from gsrewrite_builtins.compression.numerics import QuantSpec, matmul_nbits, pack_int4, quantize
+
+TARGETS = ("ort", "onnx")
+OPTIONS = ("symmetric", "granularity", "block_size", "target", "min_elements", "exclude", "allow_opset_upgrade")
+
+
+@dataclass
+class WeightOnly:
+    bits: int
+    name: str = ""
+    description: str = ""
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99))
+    options: tuple[str, ...] = OPTIONS
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"int{self.bits}"
+        self.description = self.description or (
+            f"{self.bits}-bit weight-only quantization of MatMul/Gemm{' and Conv' if self.bits == 8 else ''} "
+            "weights: MatMulNBits (--target ort) or DequantizeLinear (--target onnx)")
+        if self.bits == 4:
+            self.tolerance = Tolerance(min_cosine=0.95)
+
+    def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise UsageError(f"strategy {self.name!r} has no option {unknown[0]!r} (options: {', '.join(OPTIONS)})")
+        target = str(options.get("target") or "ort")
+        if target not in TARGETS:
+            raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not {target!r}")
+        symmetric = bool(options.get("symmetric", True))
+        block_size = int(options.get("block_size") or 32)
+        default_granularity = "block" if (self.bits == 4 or target == "ort") else "channel"
+        granularity = str(options.get("granularity") or default_granularity)
+        try:
+            QuantSpec(self.bits, symmetric, granularity, 0, block_size).validate()
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if target == "ort" and granularity != "block":
+            raise UsageError("--target ort emits MatMulNBits, which is blocked: use --granularity block "
+                             "(or --target onnx for per-tensor / per-channel)")
+        min_elements = int(options.get("min_elements") or 4096)
+        exclude = set(options.get("exclude") or ())
+        result = onnx.ModelProto()
+        result.CopyFrom(model)
+        editor = _Editor(result, self.bits, symmetric, granularity, block_size, target, min_elements, exclude)
+        if target == "onnx":
+            editor.require_opset(bool(options.get("allow_opset_upgrade")))
+        editor.run()
+        notes = [f"{editor.quantized} weight(s) quantized to {self.bits} bits ({granularity}"
+                 f"{f' {block_size}' if granularity == 'block' else ''}, "
+                 f"{'symmetric' if symmetric else 'asymmetric'}, target {target})"]
+        if editor.skipped:
+            notes.append(f"{len(editor.skipped)} left in float: " + "; ".join(editor.skipped[:5])
+                         + (" ..." if len(editor.skipped) > 5 else ""))
+        return Compressed(result, notes, quantized_nodes=editor.quantized_nodes)
+
+
+class _Editor:
+    def __init__(self, model: onnx.ModelProto, bits: int, symmetric: bool, granularity: str, block_size: int,
+                 target: str, min_elements: int, exclude: set[str]) -> None:
+        self.model, self.bits, self.symmetric = model, bits, symmetric
+        self.granularity, self.block_size, self.target = granularity, block_size, target
+        self.min_elements, self.exclude = min_elements, exclude
+        self.quantized = 0
+        self.quantized_nodes: list[str] = []
+        self.skipped: list[str] = []
+
+    def require_opset(self, allow_upgrade: bool) -> None:
+        needed = 21 if (self.bits == 4 or self.granularity == "block") else 13
+        opset = next((o for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        version = opset.version if opset is not None else 0
+        if version >= needed:
+            return
+        if not allow_upgrade:
+            raise UsageError(
+                f"{self.bits}-bit {self.granularity} DequantizeLinear needs opset {needed}; the model is opset "
+                f"{version}: allow the upgrade (--allow-opset-upgrade) or use --target ort")
+        from onnx import version_converter
+
+        try:
+            upgraded = version_converter.convert_version(self.model, needed)
+        except Exception as exc:  # the converter's own failure: say so, write nothing
+            raise UsageError(f"onnx cannot convert the model to opset {needed}: {str(exc).splitlines()[0]}") \
+                from None
+        self.model.CopyFrom(upgraded)
+
+    def run(self) -> None:
+        graph = self.model.graph
+        inits = initializer_map(graph)
+        users = consumers(graph)
+        new_nodes: list[onnx.NodeProto] = []
+        for node in graph.node:
+            replacement = self._replace(node, inits, users)
+            new_nodes.extend(replacement if replacement is not None else [node])
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        used = {name for n in graph.node for name in n.input}
+        kept = [t for t in graph.initializer if t.name in used or t.name in {o.name for o in graph.output}]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+        if self.target == "ort" and self.quantized and not any(o.domain == "com.microsoft"
+                                                               for o in self.model.opset_import):
+            self.model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+
+    def _weight(self, node: onnx.NodeProto, index: int, inits: dict[str, onnx.TensorProto],
+                users: dict[str, int]) -> np.ndarray | None:
+        if index >= len(node.input) or node.input[index] not in inits:
+            return None
+        tensor = inits[node.input[index]]
+        if tensor.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            return None
+        if math.prod(tensor.dims) < self.min_elements:
+            return None
+        if users.get(tensor.name, 0) != 1:
+            self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} is shared")
+            return None
+        return numpy_helper.to_array(tensor).astype(np.float32)
+
+    def _replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
+                 ) -> list[onnx.NodeProto] | None:
+        if node.domain not in ("", "ai.onnx") or node.name in self.exclude:
+            return None
+        if node.op_type == "MatMul":
+            w = self._weight(node, 1, inits, users)
+            if w is None or w.ndim != 2:
+                return None
+            return self._linear(node, node.input[0], w, None, node.output[0])
+        if node.op_type == "Gemm":
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            if attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0:
+                return None
+            w = self._weight(node, 1, inits, users)
+            if w is None or w.ndim != 2:
+                return None
+            w = w.T if attrs.get("transB", 0) else w
+            bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+            return self._linear(node, node.input[0], w, bias, node.output[0])
+        if node.op_type == "Conv" and self.bits == 8:
+            w = self._weight(node, 1, inits, users)
+            if w is None:
+                return None
+            return self._dequantized(node, 1, w, axis=0)
+        return None
+
+    def _linear(self, node: onnx.NodeProto, a: str, w: np.ndarray, bias: str | None, output: str
+                ) -> list[onnx.NodeProto]:
+        k, n = w.shape
+        if self.target == "onnx":
+            replaced = self._dequantized(node, 1, w.T if node.op_type == "Gemm" and _trans_b(node) else w,
+                                         axis=0 if _trans_b(node) else 1)
+            return replaced
+        b, scales, zero_points, _ = matmul_nbits(w, self.block_size, self.symmetric, self.bits)
+        graph = self.model.graph
+        base = unique_name(self.model, f"{node.name or node.output[0]}_q{self.bits}")
+        names = [f"{base}_B", f"{base}_scales"]
+        graph.initializer.extend([numpy_helper.from_array(b, names[0]), numpy_helper.from_array(scales, names[1])])
+        inputs = [a, *names]
+        if zero_points is not None:
+            graph.initializer.append(numpy_helper.from_array(zero_points, f"{base}_zp"))
+            inputs.append(f"{base}_zp")
+        out = output if bias is None else f"{base}_out"
+        nodes = [helper.make_node("MatMulNBits", inputs, [out], name=f"{base}", domain="com.microsoft", K=k, N=n,
+                                  bits=self.bits, block_size=self.block_size)]
+        if bias is not None:
+            nodes.append(helper.make_node("Add", [out, bias], [output], name=f"{base}_bias"))
+        self.quantized += 1
+        self.quantized_nodes.append(node.name or node.output[0])
+        return nodes
+
+    def _dequantized(self, node: onnx.NodeProto, index: int, w: np.ndarray, axis: int) -> list[onnx.NodeProto]:
+        """Store the weight quantized; a DequantizeLinear feeds the original input ``index``."""
+        granularity = self.granularity
+        if granularity == "channel" and node.op_type == "Conv":
+            axis = 0
+        if granularity == "block":
+            # blocks run along the reduction: K of a MatMul weight [K, N] (axis 0), Conv's input channels (1)
+            axis = 1 if node.op_type == "Conv" else (1 if _trans_b(node) else 0)
+        spec = QuantSpec(self.bits, self.symmetric, granularity, axis, self.block_size)
+        qz = quantize(w, spec)
+        base = unique_name(self.model, f"{node.input[index]}_q{self.bits}")
+        graph = self.model.graph
+        graph.initializer.extend([_codes(qz.q, self.bits, self.symmetric, f"{base}_q"),
+                                  numpy_helper.from_array(qz.scale, f"{base}_scale"),
+                                  _codes(qz.zero_point, self.bits, self.symmetric, f"{base}_zp")])
+        attrs: dict[str, Any] = {}
+        if granularity != "tensor":
+            attrs["axis"] = axis
+        if granularity == "block":
+            attrs["block_size"] = self.block_size
+        dq = helper.make_node("DequantizeLinear", [f"{base}_q", f"{base}_scale", f"{base}_zp"], [f"{base}_w"],
+                              name=f"{base}_dq", **attrs)
+        rewired = onnx.NodeProto()
+        rewired.CopyFrom(node)
+        rewired.input[index] = f"{base}_w"
+        self.quantized += 1
+        self.quantized_nodes.append(node.name or node.output[0])
+        return [dq, rewired]
+
+
+def _trans_b(node: onnx.NodeProto) -> bool:
+    return node.op_type == "Gemm" and any(a.name == "transB" and a.i for a in node.attribute)
+
+
+def _codes(values: np.ndarray, bits: int, symmetric: bool, name: str) -> onnx.TensorProto:
+    """Codes as an ONNX tensor: int8/uint8, or int4/uint4 packed two per byte."""
+    if bits == 8:
+        return numpy_helper.from_array(values.astype(np.int8 if symmetric else np.uint8), name)
+    elem = onnx.TensorProto.INT4 if symmetric else onnx.TensorProto.UINT4
+    tensor = onnx.TensorProto()
+    tensor.name = name
+    tensor.data_type = elem
+    tensor.dims.extend(values.shape)
+    tensor.raw_data = pack_int4(values).tobytes()
+    return tensor
+
+
+def register(registry: Any, strategies: Iterable[Any]) -> None:
+    for strategy in strategies:
+        registry.add(strategy)

@@ -1,0 +1,135 @@
+"""Every built-in strategy on a small model built here: it runs in onnxruntime, shrinks what it should, meets its
+tolerance; the fp16 keep list; opset handling of --target onnx; bisection of a weight that breaks the
+tolerance; the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+import gsrewrite
+from gsrewrite.cli import main
+from gsrewrite.errors import UsageError
+
+F = TensorProto.FLOAT
+
+
+def _mlp(opset: int = 17, outlier: bool = False) -> onnx.ModelProto:
+    """x[b, s, 64] -> MatMul 64x128 -> Relu -> MatMul 128x64 -> + x -> Pow 2 -> ReduceMean -> Range-free output."""
+    rng = np.random.default_rng(0)
+    w1 = (rng.standard_normal((64, 128)) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((128, 64)) * 0.1).astype(np.float32)
+    if outlier:
+        # hidden unit 5 is always 0 (its w1 column is zero), so row 5 of w2 never counts; its huge values make
+        # the 4-bit scale of every block holding them so coarse that the rest of those blocks rounds to 0
+        w1[:, 5] = 0.0
+        w2[5, :] = 40.0
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["o"], name="down"), helper.make_node("Add", ["o", "x"], ["y"]),
+             helper.make_node("Pow", ["y", "two"], ["p"], name="square"),
+             helper.make_node("ReduceMean", ["p"], ["z"], keepdims=1, axes=[-1]) if opset < 18 else
+             helper.make_node("ReduceMean", ["p", "axes"], ["z"], keepdims=1)]
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array([-1], np.int64), "axes"))
+    outputs = [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("z", F, None)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", F, ["b", "s", 64])], outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _runs(model: onnx.ModelProto) -> None:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session.run(None, {"x": np.ones((1, 3, 64), np.float32)})
+
+
+@pytest.mark.parametrize(("strategy", "options", "max_weight_ratio"), [
+    ("fp16", {}, 0.51), ("bf16", {"min_elements": 16}, 0.51), ("dynamic-int8", {}, 0.27),
+    ("int8", {}, 0.30), ("int4", {}, 0.17), ("int8", {"target": "onnx"}, 0.27),
+    ("int8", {"target": "onnx", "granularity": "tensor", "symmetric": False}, 0.27),
+    ("static-int8", {}, 0.27)])
+def test_each_strategy_runs_shrinks_and_meets_its_tolerance(strategy, options, max_weight_ratio) -> None:
+    result = gsrewrite.compress(_mlp(), strategy, **options)
+    assert result.validated and result.ok, result.report()
+    before, after = result.weight_bytes
+    assert after <= max_weight_ratio * before, result.report()
+    _runs(result.model)
+    assert all(o.cosine is not None and o.cosine >= result.tolerance.min_cosine for o in result.outputs)
+
+
+def test_int4_onnx_target_needs_opset_21_unless_allowed() -> None:
+    with pytest.raises(UsageError, match="opset 21"):
+        gsrewrite.compress(_mlp(opset=17), "int4", target="onnx")
+    result = gsrewrite.compress(_mlp(opset=17), "int4", target="onnx", allow_opset_upgrade=True)
+    assert result.ok and result.model.opset_import[0].version == 21
+    dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"]
+    assert len(dq) == 2 and all(any(a.name == "block_size" for a in n.attribute) for n in dq)
+    codes = {t.name: t.data_type for t in result.model.graph.initializer}
+    assert TensorProto.INT4 in codes.values()
+    _runs(result.model)
+
+
+def test_fp16_keeps_io_float32_and_range_sensitive_ops_float32() -> None:
+    result = gsrewrite.compress(_mlp(), "fp16")
+    graph = result.model.graph
+    assert [i.type.tensor_type.elem_type for i in graph.input] == [F]
+    assert {o.type.tensor_type.elem_type for o in graph.output} == {F}
+    pow_node = next(n for n in graph.node if n.op_type == "Pow")
+    producer = {o: n for n in graph.node for o in n.output}
+    feeding = producer.get(pow_node.input[0])
+    assert feeding is not None and feeding.op_type == "Cast"  # Pow computes in float32
+    assert any("Pow" in note for note in result.notes)
+    weights = {t.name: t.data_type for t in graph.initializer}
+    assert weights["w1"] == TensorProto.FLOAT16
+
+
+def test_fp16_keeps_a_weight_beyond_its_range_float32_and_says_so() -> None:
+    model = _mlp()
+    big = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    big[0, 0] = 1e6
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(big, "w1"))
+    result = gsrewrite.compress(model, "fp16", validate=False)
+    assert any("beyond float16's range" in note and "w1" in note for note in result.notes)
+    assert {t.name: t.data_type for t in result.model.graph.initializer}["w1"] == F
+
+
+def test_a_weight_that_breaks_the_tolerance_is_bisected_out() -> None:
+    result = gsrewrite.compress(_mlp(outlier=True), "int4", min_cosine=0.99)
+    assert result.ok and result.excluded == ["down"], result.report()
+    assert [n.op_type for n in result.model.graph.node].count("MatMulNBits") == 1
+
+
+def test_unknown_strategy_and_options_are_one_clear_error() -> None:
+    with pytest.raises(UsageError, match="did you mean 'int8' or 'int4'"):
+        gsrewrite.compress(_mlp(), "int5")
+    with pytest.raises(UsageError, match="no option 'block_size'"):
+        gsrewrite.compress(_mlp(), "fp16", block_size=32)
+
+
+def test_cli(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(_mlp(), model)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["compress", "--list"])
+    assert listed.exit_code == 0 and "int4" in listed.output and "dynamic-int8" in listed.output
+    done = runner.invoke(main, ["compress", str(model), str(tmp_path / "q.onnx"), "--strategy", "int4",
+                                "--bench-runs", "3", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["ok"] and data["weight_bytes"]["ratio"] < 0.2 and data["latency_ms"]["before"] > 0
+    assert onnx.load(tmp_path / "q.onnx").graph.node[0].op_type == "MatMulNBits"
+    again = runner.invoke(main, ["compress", str(model), str(tmp_path / "q.onnx"), "--strategy", "int4"])
+    assert again.exit_code == 2 and "--force" in again.output
+    bad = runner.invoke(main, ["compress", str(model), "-o", str(tmp_path / "r.onnx"), "--strategy", "fp16",
+                               "--block-size", "32"])
+    assert bad.exit_code == 2 and "no option" in bad.output and not (tmp_path / "r.onnx").exists()
+    fused = runner.invoke(main, ["optimize", str(model), "-o", str(tmp_path / "f.onnx"), "--compress", "int8"])
+    assert fused.exit_code == 0, fused.output
+    assert "int8" in fused.output and (tmp_path / "f.onnx").exists()
