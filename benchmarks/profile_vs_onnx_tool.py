@@ -46,9 +46,9 @@ def onnx_tool_run(path: str, feeds: dict[str, np.ndarray]) -> tuple[float | None
             graph.profile()
             arena = None
             try:
-                compressed = graph.compress_memory()
-                arena = int(compressed) if isinstance(compressed, (int, float, np.integer)) else None
-            except Exception:
+                _, compressed = graph.compress_memory()  # (offsets, arena bytes)
+                arena = int(compressed)
+            except Exception:  # onnx-tool's own failure is a result
                 arena = None
         return float(graph.macs[0]), arena, "ok"
     except Exception as exc:
@@ -93,7 +93,8 @@ def main() -> None:
         fused_ratio = f"{fused / macs:.4f}" if isinstance(fused, int) and isinstance(macs, int) and macs else "?"
         print(f"| {Path(path).name} | {macs:,} | {f'{theirs:,.0f}' if theirs else status} | {ratio} | "
               f"{min(ours_t):.3f} | {min(theirs_t):.3f} | {min(ours_t) / min(theirs_t):.2f} | "
-              f"{plan.ratio_to_bound:.3f} ({plan.arena_bytes:,} B) | {arena if arena else '?'} | {fused_ratio} |")
+              f"{plan.ratio_to_bound:.3f} ({plan.arena_bytes:,} B) | "
+              f"{f'{arena:,} B (ours {plan.arena_bytes / arena:.2f}x)' if arena else '?'} | {fused_ratio} |")
         sys.stdout.flush()
 
 
