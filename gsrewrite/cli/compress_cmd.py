@@ -46,7 +46,7 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
               help="static-int8: calibration inputs (default: generated).")
 @click.option("--keep-io-types/--no-keep-io-types", default=None, help="fp16: keep inputs/outputs float32.")
 @click.option("--exclude", multiple=True, metavar="NODE", help="Leave this node uncompressed (repeatable).")
-@click.option("--op-types", default=None, metavar="A,B", help="dynamic/static-int8: op types to quantize.")
+@click.option("--op-types", default=None, metavar="A,B", help="int8/int4/dynamic/static-int8: op types to quantize.")
 @click.option("--min-cosine", type=float, default=None, help="Override the strategy's minimum cosine per output.")
 @click.option("--max-abs", type=float, default=None, help="Also require this max abs error per output.")
 @click.option("--validate/--no-validate", default=True, show_default=True,

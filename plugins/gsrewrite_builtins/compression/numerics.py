@@ -3,8 +3,10 @@ asymmetric, 8 and 4 bits, the int4 packing ONNX uses and onnxruntime's MatMulNBi
 
 Conventions (those of ONNX ``DequantizeLinear``: ``x = (q - zero_point) * scale``):
 
-* symmetric: signed codes, zero point 0; scale = max|w| / 127 (int8, codes in [-127, 127], the restricted range
-  onnxruntime uses for weights) or max|w| / 7 (int4, codes in [-8, 7]);
+* symmetric: signed codes, zero point 0; int8: scale = max|w| / 127 (codes in [-127, 127], the restricted range
+  onnxruntime uses for weights); int4: scale = m / -8 where m is the group's value of largest magnitude, with
+  its sign (codes in [-8, 7]: m itself maps to -8, using the whole range; onnxruntime's MLAS does the same, and
+  the scale is negative when m is);
 * asymmetric: unsigned codes (uint8 [0, 255], uint4 [0, 15]); the range is widened to include 0, scale =
   (max - min) / levels, zero point = round(-min / scale);
 * granularity: ``tensor`` (one scale), ``channel`` (one per index of ``axis``), ``block`` (``block_size``
@@ -96,16 +98,19 @@ def quantize(w: np.ndarray, spec: QuantSpec) -> Quantized:
     w = np.asarray(w, dtype=np.float32)
     groups, scale_shape = _grouped(w, spec)
     low, high = spec.q_range
-    if spec.symmetric:
-        absmax = np.abs(groups).max(axis=1)
-        scale = absmax / (127.0 if spec.bits == 8 else 7.0)
+    if spec.symmetric and spec.bits == 8:
+        scale = np.abs(groups).max(axis=1) / 127.0
+        zero = np.zeros_like(scale)
+    elif spec.symmetric:
+        largest = np.take_along_axis(groups, np.abs(groups).argmax(axis=1)[:, None], axis=1)[:, 0]
+        scale = largest / -8.0
         zero = np.zeros_like(scale)
     else:
         lo = np.minimum(groups.min(axis=1), 0.0)
         hi = np.maximum(groups.max(axis=1), 0.0)
         scale = (hi - lo) / float(high - low)
         zero = np.where(scale > 0, np.clip(np.round(-lo / np.where(scale > 0, scale, 1.0)), low, high), 0.0)
-    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    scale = np.where(scale != 0, scale, 1.0).astype(np.float32)
     codes = np.clip(np.round(groups / scale[:, None]) + zero[:, None], low, high)
     q = _ungroup(codes, w, spec).astype(spec.code_dtype)
     return Quantized(q, _scale_layout(scale, w, spec, scale_shape).astype(np.float32),

@@ -9,7 +9,7 @@
 Options: ``symmetric`` (default True), ``granularity`` (tensor | channel | block; default block for int4,
 channel for int8 at ``--target onnx``; MatMulNBits is always blocked), ``block_size`` (16-256, default 32),
 ``target``, ``min_elements`` (smaller weights stay float, default 4096), ``exclude`` (node names),
-``allow_opset_upgrade``.
+``op_types`` (default MatMul, Gemm, and Conv at 8 bits), ``allow_opset_upgrade``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from gsrewrite_builtins.compression.common import Compressed, consumers, initial
 from gsrewrite_builtins.compression.numerics import QuantSpec, matmul_nbits, pack_int4, quantize
 
 TARGETS = ("ort", "onnx")
-OPTIONS = ("symmetric", "granularity", "block_size", "target", "min_elements", "exclude", "allow_opset_upgrade")
+OPTIONS = ("symmetric", "granularity", "block_size", "target", "min_elements", "exclude", "allow_opset_upgrade",
+           "op_types")
 
 
 @dataclass
@@ -69,7 +70,10 @@ class WeightOnly:
         exclude = set(options.get("exclude") or ())
         result = onnx.ModelProto()
         result.CopyFrom(model)
+        default_ops = ("MatMul", "Gemm", "Conv") if self.bits == 8 else ("MatMul", "Gemm")
+        op_types = set(options.get("op_types") or default_ops)
         editor = _Editor(result, self.bits, symmetric, granularity, block_size, target, min_elements, exclude)
+        editor.op_types = op_types
         if target == "onnx":
             editor.require_opset(bool(options.get("allow_opset_upgrade")))
         editor.run()
@@ -89,6 +93,7 @@ class _Editor:
         self.granularity, self.block_size, self.target = granularity, block_size, target
         self.min_elements, self.exclude = min_elements, exclude
         self.quantized = 0
+        self.op_types: set[str] = {"MatMul", "Gemm", "Conv"}
         self.quantized_nodes: list[str] = []
         self.skipped: list[str] = []
 
@@ -145,7 +150,7 @@ class _Editor:
 
     def _replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
                  ) -> list[onnx.NodeProto] | None:
-        if node.domain not in ("", "ai.onnx") or node.name in self.exclude:
+        if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
             return None
         if node.op_type == "MatMul":
             w = self._weight(node, 1, inits, users)
