@@ -43,6 +43,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "compress": "gsrewrite.cli.compress_cmd:compress",
     "extract": "gsrewrite.cli.extract_cmd:extract",
     "compute-graph": "gsrewrite.cli.compute_graph_cmd:compute_graph",
+    "bench": "gsrewrite.cli.bench_cmd:bench",
 }
 
 

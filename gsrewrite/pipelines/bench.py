@@ -88,7 +88,7 @@ def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimize
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[ort_level])
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a model it cannot load is reported once, by us
     if optimized_path is not None:
         options.optimized_model_filepath = optimized_path
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
@@ -110,6 +110,13 @@ def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int = 20
         raise UsageError(f"--ort-level must be one of {', '.join(ORT_LEVELS)}, not {ort_level!r}")
     if runs < 1:
         raise UsageError("--runs must be at least 1")
+    from gsrewrite.validation.runner import why_unrunnable
+
+    for label, model in models:
+        reason = why_unrunnable(model if isinstance(model, onnx.ModelProto) else onnx.load(model,
+                                                                                          load_external_data=False))
+        if reason is not None:
+            raise ValidationError(f"onnxruntime will not run {label}: {reason}")
     first = models[0][1]
     feed = dict(inputs) if inputs is not None else bench_inputs(
         first if isinstance(first, onnx.ModelProto) else onnx.load(first, load_external_data=False))
@@ -135,7 +142,25 @@ def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int = 20
 
 
 def _run(sess: Any, feed: dict[str, np.ndarray]) -> None:
+    """One run, stopped after validation's run time limit (a model that loops forever is an error, not a hang)."""
+    import threading
+
+    import onnxruntime as ort
+
+    from gsrewrite.validation.runner import RUN_TIMEOUT_ENV, run_time_limit
+
+    options = ort.RunOptions()
+    options.log_severity_level = 4  # a terminated run is reported once, by us
+    limit = run_time_limit()
+    timer = threading.Timer(limit, setattr, (options, "terminate", True))
+    timer.daemon = True
+    timer.start()
     try:
-        sess.run(None, feed)
+        sess.run(None, feed, options)
     except Exception as exc:
+        if options.terminate:
+            raise ValidationError(f"a run took longer than {limit:g} s ({RUN_TIMEOUT_ENV} sets the limit)") \
+                from None
         raise ValidationError(f"onnxruntime failed to run: {str(exc).splitlines()[0]}") from None
+    finally:
+        timer.cancel()

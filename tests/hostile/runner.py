@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
     "shapes": (lambda model, out: ["shapes", model, "-o", out], True),
     "compress": (lambda model, out: ["compress", model, "-o", out, "--strategy", "int8", "--bench-runs", "0"], True),
     "profile": (lambda model, out: ["profile", model], False),
+    "bench": (lambda model, out: ["bench", model, "--runs", "1", "--warmup", "0"], False),
     "memory": (lambda model, out: ["memory", model], False),
     "compute-graph": (lambda model, out: ["compute-graph", model, "-o", out, "--shape-engine",
                                           out + ".json"], True),

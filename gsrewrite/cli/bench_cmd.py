@@ -1,0 +1,59 @@
+"""``gsrewrite bench``: onnxruntime latency of models on the same inputs, runs interleaved."""
+
+from __future__ import annotations
+
+import click
+
+from gsrewrite.cli._output import console, emit_json, json_option, table
+
+
+@click.command()
+@click.argument("models", nargs=-1, required=True, metavar="MODEL...")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per model.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed runs first.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="onnxruntime intra-op threads.")
+@click.option("--ort-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
+              show_default=True, help="onnxruntime graph optimization level of the sessions.")
+@click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs (default: generated).")
+@click.option("--input-shape", "shapes", multiple=True, metavar="NAME:1x128|DIM=2",
+              help="Shape of a generated input, or size of a symbolic dim (repeatable).")
+@click.option("--save-optimized", default=None, metavar="OUT.onnx",
+              help="Write onnxruntime's own offline-optimized model of the first MODEL (at --ort-level).")
+@json_option
+def bench(models: tuple[str, ...], runs: int, warmup: int, threads: int, ort_level: str, inputs: str | None,
+          shapes: tuple[str, ...], save_optimized: str | None, as_json: bool) -> None:
+    """Time MODEL(s) in onnxruntime on the same inputs, runs interleaved across the models; min and median,
+    and the ratio to the first model."""
+    import os
+
+    from gsrewrite.cli._output import working
+    from gsrewrite.errors import OutputError
+    from gsrewrite.model_io import check_output_path, load_model
+    from gsrewrite.pipelines.bench import bench as run
+    from gsrewrite.pipelines.bench import bench_inputs
+    from gsrewrite.validation import parse_input_shape
+
+    if save_optimized is not None:
+        if os.path.exists(save_optimized):
+            raise OutputError(f"{save_optimized} exists: remove it or give another path")
+        check_output_path(save_optimized, input_path=models[0])
+    loaded = [(path, load_model(path)) for path in models]
+    input_shapes = dict(parse_input_shape(s) for s in shapes) or None
+    feed = bench_inputs(loaded[0][1], inputs, input_shapes)
+    with working(f"timing {len(models)} model(s)..."):
+        result = run(loaded, runs=runs, warmup=warmup, threads=threads, ort_level=ort_level, inputs=feed,
+                     save_optimized=save_optimized)
+    if as_json:
+        emit_json(result.to_dict() | ({"saved_optimized": save_optimized} if save_optimized else {}))
+        return
+    first = result.timings[0]
+    rows = [(t.model, f"{t.min_ms:.3f}", f"{t.median_ms:.3f}", f"{t.min_ms / first.min_ms:.3f}",
+             f"{t.median_ms / first.median_ms:.3f}") for t in result.timings]
+    shapes_text = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in result.inputs.items())
+    out = console()
+    out.print(table(f"Latency ({runs} interleaved runs, {threads} thread(s), ORT level {ort_level}; {shapes_text})",
+                    ["model", "min ms", "median ms", "min ratio", "median ratio"], rows))
+    if save_optimized:
+        out.print(f"Wrote {save_optimized} (onnxruntime's optimized model at level {ort_level})", markup=False,
+                  highlight=False)
