@@ -42,3 +42,25 @@ def test_bench_times_models_interleaved_and_saves_onnxruntimes_model(tmp_path: P
     assert table.exit_code == 0 and "min ms" in table.output
     bad = CliRunner().invoke(main, ["bench", str(small), "--ort-level", "max"])
     assert bad.exit_code == 2
+
+
+def test_optimize_tune_times_each_matched_family_and_keeps_the_fastest(tmp_path: Path) -> None:
+    """A GELU (erf form) between MatMuls: the candidates are all fusions, without gelu, and the input."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(1.4142135, np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Div", ["m", "sqrt2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["a"]),
+             helper.make_node("Mul", ["m", "a"], ["p"]), helper.make_node("Mul", ["p", "half"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = tmp_path / "gelu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    done = CliRunner().invoke(main, ["optimize", str(model), str(tmp_path / "out.onnx"), "--tune", "--json"])
+    assert done.exit_code == 0, done.output
+    tuned = json.loads(done.stdout)["tune"]
+    assert set(tuned["latency_ms"]) == {"all fusions", "without gelu", "the input (no fusion)"}
+    assert tuned["kept"] in tuned["latency_ms"] and tuned["reason"]
+    assert onnx.load(tmp_path / "out.onnx").graph.node

@@ -26,13 +26,15 @@ from gsrewrite.cli.apply_cmd import device_option
               help="Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @click.option("--explain", is_flag=True, help="Also report, per pattern, the deepest near miss and why.")
 @click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+@click.option("--tune", is_flag=True, help="Time the result with each matched fusion family on and off (and the input) "
+              "in onnxruntime here, and keep the fastest.")
 @click.option("--compress", "compress_with", default=None, metavar="STRATEGY",
               help="Then compress with this strategy (gsrewrite compress --list), validated against the input.")
 @validation_options
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
              opset: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
-             compress_with: str | None, validation: dict[str, Any], as_json: bool, **io: Any) -> None:
+             tune: bool, compress_with: str | None, validation: dict[str, Any], as_json: bool, **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
@@ -41,12 +43,46 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                 "simplify": not no_simplify, "validation": validation if validate else None, "explain": explain}
 
     def one(job: Job) -> None:
+        if tune:
+            _optimize_and_tune(job, settings, in_place, as_json, io)
+            return
         if compress_with is not None:
             _optimize_and_compress(job, settings, compress_with, in_place, as_json, io)
             return
         _optimize_one(job, settings, in_place, as_json, io)
 
     run_jobs(jobs_, workers, one, as_json)
+
+
+def _optimize_and_tune(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
+    """Optimize, time the candidates, keep the fastest, validate it against the input, write it."""
+    from gsrewrite.errors import ValidationError
+    from gsrewrite.model_io import check_output_path, load_model, save_model
+    from gsrewrite.pipelines.optimize import optimize_model
+    from gsrewrite.pipelines.tune import tune
+    from gsrewrite.reporting import size_text
+
+    external = io["external_data"] or None
+    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+    original = load_model(job.model)
+    with working(f"optimizing {job.model}..."):
+        result = optimize_model(original, source_path=job.model, **settings)
+    with working(f"tuning {job.model}..."):
+        tuned = tune(original, result.model, dict(result.counts), settings)
+    if tuned.model is not result.model and tuned.model is not original and settings["validation"] is not None:
+        from gsrewrite.validation import validate
+
+        report = validate(original, tuned.model, **settings["validation"])
+        if not report.ok:
+            raise ValidationError(f"the tuned model ({tuned.kept}) disagrees with the input: {report.summary()}")
+    size = save_model(tuned.model, job.output, input_path=job.model, in_place=in_place, external_data=external,
+                      size_threshold=io["size_threshold"])
+    if as_json:
+        emit(result.to_dict() | {"tune": tuned.to_dict()}, job.output, None, size)
+        return
+    if io["verbosity"] >= 0:
+        console().print(tuned.report(), markup=False, highlight=False, soft_wrap=True)
+    console().print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
 
 
 def _optimize_and_compress(job: Job, settings: dict[str, Any], strategy: str, in_place: bool, as_json: bool,
