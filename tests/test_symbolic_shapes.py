@@ -114,3 +114,27 @@ def test_exporter_shape_arithmetic_keeps_reshape_targets_symbolic() -> None:
     annotated = annotate(model, shapes)
     dims = annotated.graph.output[0].type.tensor_type.shape.dim
     assert [d.dim_param or d.dim_value for d in dims] == ["batch", 4, "seq", 8]
+
+
+def test_the_one_entry_point_completes_what_onnx_leaves_unknown() -> None:
+    """ONNX types Range/TopK outputs with unknown dims; graph.inference.infer_shapes (graph import, extract,
+    validation's memory estimate) fills them from the symbolic walk."""
+    from gsrewrite.graph.inference import infer_shapes
+    from gsrewrite.graph.shapes import onnx_and_handlers
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
+             (("i1", 1), ("z", 0), ("one", 1), ("ax", [0]), ("k", [3]))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i1"], ["n"]),
+             helper.make_node("Range", ["z", "n", "one"], ["r"]), helper.make_node("Cast", ["r"], ["rf"], to=F),
+             helper.make_node("Unsqueeze", ["rf", "ax"], ["u"]), helper.make_node("Mul", ["x", "u"], ["y"]),
+             helper.make_node("TopK", ["x", "k"], ["v", "idx"], axis=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, ["N", "M"])],
+                   [helper.make_tensor_value_info("y", F, None), helper.make_tensor_value_info("v", F, None)], inits)
+
+    def dims(m: onnx.ModelProto) -> dict[str, list]:
+        return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+                for v in [*m.graph.value_info, *m.graph.output]}
+
+    assert dims(onnx_and_handlers(model))["r"][0].startswith("unk__")
+    completed = dims(infer_shapes(model))
+    assert completed["r"] == ["M"] and completed["y"] == ["N", "M"] and completed["v"] == ["N", 3]

@@ -20,7 +20,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.graph.core import copy_fields, import_onnx
-from gsrewrite.graph.shapes import infer_shapes
+from gsrewrite.graph.inference import infer_shapes
 
 log = logging.getLogger(__name__)
 

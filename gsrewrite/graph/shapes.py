@@ -1,8 +1,8 @@
-"""The one shape-inference entry point: ONNX's inference (made safe for hostile models, in
-:mod:`gsrewrite.model_io.shape_inference`), then the ``gsrewrite_infer_shape`` hook for the nodes ONNX does not
-know (custom domains: onnxruntime's contrib ops, a plugin's own ops).
+"""ONNX's inference (made safe for hostile models, in :mod:`gsrewrite.model_io.shape_inference`) and the
+``gsrewrite_infer_shape`` hook for the nodes ONNX does not know (custom domains: onnxruntime's contrib ops, a
+plugin's own ops): the first stage of the one entry point, :func:`gsrewrite.graph.inference.infer_shapes`.
 
-* :func:`infer_shapes` (a model): ONNX inference; then every plugin handler is asked about the main graph's
+* :func:`onnx_and_handlers` (a model): ONNX inference; then every plugin handler is asked about the main graph's
   custom-domain nodes whose outputs are still untyped, their answers become ``value_info``, and ONNX inference
   runs again so that the types flow into the standard ops after them (a few rounds at most).
 * :func:`annotate_node` (a graph node): the handlers' answer for one node, filling only untyped outputs (the
@@ -51,9 +51,9 @@ class ShapeContext:
         return self.constants.get(name)
 
 
-def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
-    """``model`` with the types ONNX inference and the shape handlers find (see the module docstring); the
-    input model is never modified."""
+def onnx_and_handlers(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
+    """ONNX inference, then the shape handlers for custom-domain outputs, a few rounds (the symbolic walk's
+    fallback; everyone else calls :func:`gsrewrite.graph.inference.infer_shapes`)."""
     inferred = _copy_if_same(model, onnx_infer_shapes(model, data_prop=data_prop))
     for _ in range(MAX_ROUNDS):
         if not _ask_handlers(inferred):

@@ -6,7 +6,7 @@ ops (tracking the values of the small integer tensors exporters compute shapes w
 Concat -> Reshape`` gives ``[batch, seq, 12, 64]``, not four unknowns) and asks the ``gsrewrite_infer_shape``
 plugin handlers about custom-domain ops, with symbolic dims in the shapes they get. Where neither knows an
 output (an op without a rule, a control-flow op), the answer of ONNX's own inference (run once first, through
-:func:`gsrewrite.graph.shapes.infer_shapes`, the one entry point) is used, its unnamed dims becoming fresh
+:func:`gsrewrite.graph.shapes.onnx_and_handlers`) is used, its unnamed dims becoming fresh
 symbols. A dim ONNX knows statically wins over an expression.
 
 Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
@@ -32,7 +32,7 @@ from gsrewrite.errors import UsageError
 from gsrewrite.graph import symdim
 from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
-from gsrewrite.graph.shapes import infer_shapes as infer_types
+from gsrewrite.graph.shapes import onnx_and_handlers as infer_types
 from gsrewrite.graph.symdim import DimValue, Expr
 
 log = logging.getLogger(__name__)
@@ -442,6 +442,15 @@ def _skeleton(model: onnx.ModelProto, shapes: Mapping[str, Shape | None]) -> onn
         elif init.name not in declared:
             graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
     return skeleton
+
+
+def value_info(shapes: SymbolicShapes, name: str) -> onnx.ValueInfoProto | None:
+    """``name``'s type as a value_info (expressions as ``dim_param``), or None when its type is unknown."""
+    info = shapes.tensors.get(name)
+    if info is None or not info.dtype or info.shape is None:
+        return None
+    dims = [d if isinstance(d, int) else (symdim.text(d) if d is not None else None) for d in info.shape]
+    return onnx.helper.make_tensor_value_info(name, info.dtype, dims)
 
 
 def annotate(model: onnx.ModelProto, shapes: SymbolicShapes) -> onnx.ModelProto:

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper
 
 from gsrewrite.errors import InputDataError
-from gsrewrite.graph.shapes import infer_shapes
+from gsrewrite.graph.inference import infer_shapes
 from gsrewrite.model_io.external_data import available_memory
 
 log = logging.getLogger(__name__)
