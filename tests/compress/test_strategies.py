@@ -133,3 +133,16 @@ def test_cli(tmp_path: Path) -> None:
     fused = runner.invoke(main, ["optimize", str(model), "-o", str(tmp_path / "f.onnx"), "--compress", "int8"])
     assert fused.exit_code == 0, fused.output
     assert "int8" in fused.output and (tmp_path / "f.onnx").exists()
+
+
+def test_static_int8_calibrates_on_given_inputs(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "calibration"
+    folder.mkdir()
+    for i in range(3):
+        np.savez(folder / f"set{i}.npz", x=rng.standard_normal((2, 5, 64)).astype(np.float32))
+    result = gsrewrite.compress(_mlp(), "static-int8", calibration=str(folder))
+    assert result.ok and any("3 input set(s) from given inputs" in note for note in result.notes)
+    assert any(n.op_type == "QuantizeLinear" for n in result.model.graph.node)
+    with pytest.raises(UsageError, match="no .npz file"):
+        gsrewrite.compress(_mlp(), "static-int8", calibration=str(tmp_path))
