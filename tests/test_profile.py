@@ -177,3 +177,25 @@ def test_folding_batchnorm_into_conv_keeps_the_total() -> None:
     assert [n.op_type for n in folded.graph.node] == ["Conv"]
     before, after = gsrewrite.profile(model).macs, gsrewrite.profile(folded).macs
     assert before == after == sym("n") * 4 * 64 * (27 + 1)
+
+
+def test_placement_is_valid_and_never_below_the_lower_bound() -> None:
+    """Random lifetimes and sizes: no two buffers live at once overlap, and the arena is at least the bound."""
+    import random
+
+    from gsrewrite.profiling.memory import Buffer, _aligned, _best_placement, _lower_bound
+
+    rng = random.Random(7)
+    for _ in range(20):
+        buffers = []
+        for i in range(40):
+            start = rng.randrange(30)
+            buffers.append(Buffer(f"t{i}", rng.choice([64, 256, 1000, 4096, 20000]), start,
+                                  start + rng.randrange(1, 10)))
+        lower, _ = _lower_bound(buffers, 40)
+        arena, _, offsets = _best_placement(buffers, lower)
+        assert arena >= lower
+        for i, a in enumerate(buffers):
+            for j, b in enumerate(buffers):
+                if i < j and a.overlaps(b):
+                    assert offsets[i] + _aligned(a.size) <= offsets[j] or offsets[j] + _aligned(b.size) <= offsets[i]

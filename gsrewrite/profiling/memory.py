@@ -195,8 +195,10 @@ ORDERS: dict[str, Any] = {
 }
 #: buffers living at least this share of the steps go first (at the bottom) in the "pinned" orders
 LONG_LIVED = (0.5, 0.25)
-#: time the local search over placement orders may take while the arena is above the lower bound
-SEARCH_SECONDS = 0.3
+#: the local search over placement orders stops at the lower bound, after MAX_MOVES moves, or after
+#: SEARCH_SECONDS (a bound for huge graphs; the moves are seeded, so a plan is reproducible when it ends first)
+SEARCH_SECONDS = 1.0
+MAX_MOVES = 3000
 
 
 def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[int]]:
@@ -224,10 +226,22 @@ def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[i
     arena, strategy, offsets, order, fit = best
     rng = random.Random(0)
     deadline = time.perf_counter() + SEARCH_SECONDS
+    # the moves only reorder buffers that matter (small ones fill the gaps whatever their order)
+    large = [k for k in range(n) if buffers[k].size * 64 >= lower] or list(range(n))
     improved = False
-    while arena > lower and n > 1 and time.perf_counter() < deadline:
+    moves = 0
+    while arena > lower and n > 1 and moves < MAX_MOVES and time.perf_counter() < deadline:
+        moves += 1
         trial = list(order)
-        i = rng.randrange(1, n)
+        # move a buffer that sits above the lower bound (or one live at the same time) earlier in the order
+        above = [k for k in large if offsets[k] + _aligned(buffers[k].size) > lower]
+        pick = rng.choice(above) if above and rng.random() < 0.7 else rng.choice(large)
+        if rng.random() < 0.5:
+            neighbours = [k for k in large if k != pick and buffers[k].overlaps(buffers[pick])]
+            pick = rng.choice(neighbours) if neighbours else pick
+        i = trial.index(pick)
+        if i == 0:
+            continue
         j = rng.randrange(0, i)
         trial.insert(j, trial.pop(i))
         trial_offsets = _place_order(buffers, trial, fit)

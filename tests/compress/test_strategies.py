@@ -144,5 +144,5 @@ def test_static_int8_calibrates_on_given_inputs(tmp_path: Path) -> None:
     result = gsrewrite.compress(_mlp(), "static-int8", calibration=str(folder))
     assert result.ok and any("3 input set(s) from given inputs" in note for note in result.notes)
     assert any(n.op_type == "QuantizeLinear" for n in result.model.graph.node)
-    with pytest.raises(UsageError, match="no .npz file"):
+    with pytest.raises(UsageError, match=r"no \.npz file"):
         gsrewrite.compress(_mlp(), "static-int8", calibration=str(tmp_path))
