@@ -62,7 +62,10 @@ def peers(name: str, model: onnx.ModelProto, folder: str) -> list[tuple[str, onn
     except Exception as exc:
         print(f"<!-- onnxslim failed on {name}: {exc} -->", file=sys.stderr)
     kind = next((k for k in ("bert", "gpt2", "vit") if name.startswith(k)), None)
-    if kind is not None:
+    made = BASE.parent / "peers" / f"{name}.ortopt.onnx"  # benchmarks/make_ort_optimized.py (needs torch)
+    if made.exists():
+        out.append(("ort transformers optimizer", onnx.load(made)))
+    elif kind is not None:
         try:
             from onnxruntime.transformers.optimizer import optimize_model
 

@@ -44,7 +44,7 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
 
     def one(job: Job) -> None:
         if tune:
-            _optimize_and_tune(job, settings, in_place, as_json, io)
+            _optimize_and_tune(job, settings, in_place, as_json, io, compress_with)
             return
         if compress_with is not None:
             _optimize_and_compress(job, settings, compress_with, in_place, as_json, io)
@@ -54,8 +54,9 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     run_jobs(jobs_, workers, one, as_json)
 
 
-def _optimize_and_tune(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
-    """Optimize, time the candidates, keep the fastest, validate it against the input, write it."""
+def _optimize_and_tune(job: Job, settings: dict[str, Any], in_place: bool, as_json: bool, io: dict[str, Any],
+                       compress_with: str | None = None) -> None:
+    """Optimize, time the candidates, keep the fastest, validate it against the input, (compress it,) write it."""
     from gsrewrite.errors import ValidationError
     from gsrewrite.model_io import check_output_path, load_model, save_model
     from gsrewrite.pipelines.optimize import optimize_model
@@ -75,13 +76,26 @@ def _optimize_and_tune(job: Job, settings: dict[str, Any], in_place: bool, as_js
         report = validate(original, tuned.model, **settings["validation"])
         if not report.ok:
             raise ValidationError(f"the tuned model ({tuned.kept}) disagrees with the input: {report.summary()}")
-    size = save_model(tuned.model, job.output, input_path=job.model, in_place=in_place, external_data=external,
+    final, compressed = tuned.model, None
+    if compress_with is not None:
+        from gsrewrite.pipelines.compress import compress
+
+        validation = settings["validation"]
+        with working(f"compressing {job.model} ({compress_with})..."):
+            compressed = compress(tuned.model, compress_with, reference=original, validate=validation is not None,
+                                  inputs=(validation or {}).get("inputs"),
+                                  input_shapes=(validation or {}).get("input_shapes"), bench_runs=0)
+        final = compressed.model
+    size = save_model(final, job.output, input_path=job.model, in_place=in_place, external_data=external,
                       size_threshold=io["size_threshold"])
     if as_json:
-        emit(result.to_dict() | {"tune": tuned.to_dict()}, job.output, None, size)
+        extra = {"tune": tuned.to_dict()} | ({"compress": compressed.to_dict()} if compressed is not None else {})
+        emit(result.to_dict() | extra, job.output, None, size)
         return
     if io["verbosity"] >= 0:
         console().print(tuned.report(), markup=False, highlight=False, soft_wrap=True)
+        if compressed is not None:
+            console().print(compressed.report(), markup=False, highlight=False, soft_wrap=True)
     console().print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
 
 
