@@ -142,3 +142,25 @@ def test_bad_input_is_one_line_and_exit_2(installed: Path, tmp_path: Path) -> No
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_analysis_compression_and_bench_commands_run_from_the_wheel(installed: Path, tmp_path: Path) -> None:
+    """profile, memory, shapes, compress, bench and optimize --tune as users run them: the installed script."""
+    import json
+
+    model = tmp_path / "bert-tiny.onnx"
+    shutil.copy(ROOT / "examples" / "bert-tiny.onnx", model)
+    gsrewrite = installed / "gsrewrite"
+    profile = json.loads(_ok(_run(gsrewrite, "profile", model, "--json", cwd=tmp_path)).stdout)
+    assert profile["total"]["macs"] and profile["by_op_type"]["MatMul"]["count"] > 0 and not profile["unprofiled"]
+    memory = json.loads(_ok(_run(gsrewrite, "memory", model, "--json", cwd=tmp_path)).stdout)
+    assert memory["lower_bound_bytes"] <= memory["arena_bytes"] <= memory["naive_bytes"]
+    shapes = _ok(_run(gsrewrite, "shapes", model, "--check", cwd=tmp_path)).stdout
+    assert "0 differ" in shapes
+    compressed = json.loads(_ok(_run(gsrewrite, "compress", model, "q.onnx", "--strategy", "fp16",
+                                     "--bench-runs", "2", "--json", cwd=tmp_path)).stdout)
+    assert compressed["ok"] and compressed["weight_bytes"]["ratio"] < 1 and (tmp_path / "q.onnx").exists()
+    timed = json.loads(_ok(_run(gsrewrite, "bench", model, "q.onnx", "--runs", "3", "--json", cwd=tmp_path)).stdout)
+    assert [m["model"] for m in timed["models"]] == [str(model), "q.onnx"] and timed["models"][0]["ratio_min"] == 1
+    tuned = json.loads(_ok(_run(gsrewrite, "optimize", model, "t.onnx", "--tune", "--json", cwd=tmp_path)).stdout)
+    assert tuned["tune"]["kept"] in tuned["tune"]["latency_ms"] and (tmp_path / "t.onnx").exists()
