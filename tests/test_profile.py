@@ -199,3 +199,16 @@ def test_placement_is_valid_and_never_below_the_lower_bound() -> None:
             for j, b in enumerate(buffers):
                 if i < j and a.overlaps(b):
                     assert offsets[i] + _aligned(a.size) <= offsets[j] or offsets[j] + _aligned(b.size) <= offsets[i]
+
+
+def test_plot_png_needs_matplotlib_and_says_so(bert_like: Path, tmp_path: Path) -> None:
+    import importlib.util
+
+    out = tmp_path / "p.png"
+    done = CliRunner().invoke(main, ["profile", str(bert_like), "--plot", str(out)])
+    if importlib.util.find_spec("matplotlib") is None:
+        assert done.exit_code == 2 and "gsrewrite[plot]" in done.output and not out.exists()
+    else:
+        assert done.exit_code == 0 and out.read_bytes().startswith(b"\x89PNG")
+    wrong = CliRunner().invoke(main, ["profile", str(bert_like), "--plot", str(tmp_path / "p.txt")])
+    assert wrong.exit_code == 2 and ".html" in wrong.output

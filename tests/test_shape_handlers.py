@@ -28,6 +28,12 @@ def test_attention_family_outputs():
     gqa = _node("GroupQueryAttention", [x, gs.Variable("k", F32, ["batch", "seq", 4]), v], outputs=3)
     annotate(gqa)
     assert gqa.outputs[0].shape == ["batch", "seq", 8] and gqa.outputs[1].shape is None
+    # packed QKV [B, S, (4 + 2 * 2) * 16]: the output is [B, S, 4 * 16]
+    qkv = gs.Variable("qkv", F32, ["batch", "seq", 128])
+    packed_gqa = _node("GroupQueryAttention", [qkv, gs.Variable.empty(), gs.Variable.empty()], outputs=3,
+                       num_heads=4, kv_num_heads=2)
+    annotate(packed_gqa)
+    assert packed_gqa.outputs[0].shape == ["batch", "seq", 64]
 
 
 def test_normalizations_and_embeddings():

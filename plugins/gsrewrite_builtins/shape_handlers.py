@@ -64,8 +64,14 @@ def _multi_head(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
 def _group_query(node: gs.Node) -> list[tuple[object, Shape | None] | None]:
     """GroupQueryAttention on an unpacked 3-D query: the query's shape."""
     q = _input_shape(node, 0)
-    if q is None or len(q) != 3 or len(node.inputs) < 3 or not node.inputs[1].name:
-        return [None]  # packed QKV: the output hidden size is not the input's
+    if q is None or len(q) != 3:
+        return [None]
+    if len(node.inputs) < 3 or not node.inputs[1].name:  # packed QKV: [B, S, (N + 2 * kv_N) * H]
+        heads, kv_heads = int(node.attrs.get("num_heads", 0)), int(node.attrs.get("kv_num_heads", 0))
+        width = q[2]
+        if not heads or not kv_heads or width is None or isinstance(width, str):
+            return [None]
+        return [(node.inputs[0].dtype, [q[0], q[1], width * heads // (heads + 2 * kv_heads)])]
     return [(node.inputs[0].dtype, q)]
 
 
