@@ -138,3 +138,25 @@ def test_the_one_entry_point_completes_what_onnx_leaves_unknown() -> None:
     assert dims(onnx_and_handlers(model))["r"][0].startswith("unk__")
     completed = dims(infer_shapes(model))
     assert completed["r"] == ["M"] and completed["y"] == ["N", "M"] and completed["v"] == ["N", 3]
+
+
+def test_hostile_shape_arithmetic_stays_bounded() -> None:
+    """(a + b) squared thirty times would have 2**30 terms: the walk gives up on that value (unknown), quickly."""
+    import time
+
+    nodes = [helper.make_node("Shape", ["x"], ["s0"]), helper.make_node("ReduceSum", ["s0"], ["v0"], keepdims=1)]
+    for i in range(30):
+        nodes.append(helper.make_node("Mul", [f"v{i}", f"v{i}"], [f"v{i + 1}"]))
+    nodes.append(helper.make_node("ConstantOfShape", ["v30"], ["y"]))
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, ["a", "b"])],
+                   [helper.make_tensor_value_info("y", F, None)], opset=13)
+    start = time.perf_counter()
+    shapes = infer_symbolic(model)
+    assert time.perf_counter() - start < 5
+    # the value past the bound is dropped: y's dim is ONNX's fresh symbol, not a 2**30-term polynomial
+    assert shapes.fallback_ops == {"ConstantOfShape": 1}
+    (dim,) = shapes.shape("y") or [None]
+    assert isinstance(dim, symdim.Expr) and len(dim.terms) == 1
+    import gsrewrite
+
+    assert gsrewrite.profile(model).unprofiled == {}

@@ -28,6 +28,16 @@ import numpy as np
 #: A dimension: a known size, or an expression in symbols.
 DimValue = Union[int, "Expr"]
 
+#: Largest expression kept (terms; degree of a term): hostile shape arithmetic (``(a + b) * (a + b)`` thirty
+#: times) would otherwise grow without bound. Beyond them an operation raises :class:`ExpressionTooLarge`,
+#: which callers treat as "unknown".
+MAX_TERMS = 256
+MAX_DEGREE = 16
+
+
+class ExpressionTooLarge(ValueError):
+    """A dim expression would exceed :data:`MAX_TERMS` terms or :data:`MAX_DEGREE` degree."""
+
 Monomial = tuple[tuple["Atom", int], ...]
 
 
@@ -230,6 +240,8 @@ def add(a: DimValue, b: DimValue) -> DimValue:
     terms = _as_terms(a)
     for m, c in _as_terms(b).items():
         terms[m] = terms.get(m, 0) + c
+    if len(terms) > MAX_TERMS * 16:  # sums (a model's total over many symbols) may hold more terms
+        raise ExpressionTooLarge("dimension expression too large")
     return _make(terms)
 
 
@@ -263,11 +275,18 @@ def mul(a: DimValue, b: DimValue) -> DimValue:
         if b == 0:
             return 0
         return a if b == 1 else Expr._sorted(tuple((m, c * b) for m, c in a.terms))
+    left, right = _as_terms(a), _as_terms(b)
+    if len(left) * len(right) > MAX_TERMS * 4:
+        raise ExpressionTooLarge("dimension expression too large")
     terms: dict[Monomial, int] = {}
-    for m1, c1 in _as_terms(a).items():
-        for m2, c2 in _as_terms(b).items():
+    for m1, c1 in left.items():
+        for m2, c2 in right.items():
             m = _mul_monomials(m1, m2)
+            if sum(p for _, p in m) > MAX_DEGREE:
+                raise ExpressionTooLarge("dimension expression of too high a degree")
             terms[m] = terms.get(m, 0) + c1 * c2
+    if len(terms) > MAX_TERMS:
+        raise ExpressionTooLarge("dimension expression too large")
     return _make(terms)
 
 

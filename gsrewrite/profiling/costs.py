@@ -106,7 +106,10 @@ def count_json(value: Count) -> int | str | None:
 def add_counts(a: Count, b: Count) -> Count:
     if a is None or b is None:
         return a if b is None else b
-    return symdim.add(a, b)
+    try:
+        return symdim.add(a, b)
+    except symdim.ExpressionTooLarge:
+        return None
 
 
 @dataclass
@@ -320,7 +323,13 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
             inputs.append(_variable(name, shapes, tensors))
     outputs = [_variable(name, shapes, tensors) if name else gs.Variable.empty() for name in node.output]
     gs_node = _light_node(node, inputs, outputs)
-    answer = plugin_hooks.profile_op(gs_node, context)
+    try:
+        answer = plugin_hooks.profile_op(gs_node, context)
+    except Exception as exc:  # an expression past its bounds (hostile shape arithmetic): unknown, not an error
+        if not isinstance(exc.__cause__ or exc.__context__, symdim.ExpressionTooLarge) and \
+                not isinstance(exc, symdim.ExpressionTooLarge):
+            raise
+        answer = None
     macs = None if answer is None else answer.macs
     if macs is not None and not isinstance(macs, (int, symdim.Expr)):
         macs = int(macs)
@@ -329,9 +338,12 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
         if not name:
             continue
         shape, bits = shapes.shape(name), item_bits(shapes.dtype(name))
-        size = None if shape is None or not bits else _product(shape)
-        activation = None if size is None or activation is None else \
-            add_counts(activation, symdim.floor_div(symdim.mul(size, bits) + 7, 8))
+        try:
+            size = None if shape is None or not bits else _product(shape)
+            activation = None if size is None or activation is None else \
+                add_counts(activation, symdim.floor_div(symdim.mul(size, bits) + 7, 8))
+        except symdim.ExpressionTooLarge:
+            activation = None
     return NodeCost(node.name, node.op_type, node.domain, macs, params, weight_bytes, activation, weights,
                     answer is not None)
 
