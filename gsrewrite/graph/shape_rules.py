@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from gsrewrite.graph.symdim import DimValue, Expr, ceil_div, dim_max, floor_div, mul
+from gsrewrite.graph.symdim import DimValue, Expr, ceil_div, dim_max, dim_min, floor_div, mul
 from gsrewrite.graph.symdim import add as dim_add
 from gsrewrite.graph.symdim import sub as dim_sub
 
@@ -201,7 +201,6 @@ def _apply(op: str, args: list[Dim]) -> Dim:
         if op == "Max":
             return dim_max(*[x for x in args if x is not None])
         if op == "Min":
-            from gsrewrite.graph.symdim import dim_min
             return dim_min(*[x for x in args if x is not None])
         if op == "Equal":
             if a == b:
@@ -360,7 +359,14 @@ def _spatial(view: NodeView, x: Shape, kernel: Sequence[Dim], *, ceil_mode: bool
             continue
         pads = [0] * (2 * rank) if auto_pad == "VALID" else list(view.attrs.get("pads", [0] * (2 * rank)))
         span = dim_add(dim_sub(dim_add(size, pads[i] + pads[i + rank]), mul(dilations[i], dim_sub(k, 1))), -1)
-        out.append(dim_add(ceil_div(span, strides[i]) if ceil_mode else floor_div(span, strides[i]), 1))
+        if not ceil_mode:
+            out.append(dim_add(floor_div(span, strides[i]), 1))
+            continue
+        # ceil mode drops a last window that would start in the end padding: the last start (out - 1) * stride
+        # must be < size + pad_begin
+        ceiled = dim_add(ceil_div(span, strides[i]), 1)
+        limit = dim_add(floor_div(dim_add(size, pads[i] - 1), strides[i]), 1)
+        out.append(dim_min(ceiled, limit))
     return out
 
 
@@ -630,21 +636,42 @@ def _split(view: NodeView) -> list[Info | None]:
     return [Info(view.dtype(0), [*x[:axis], size, *x[axis + 1:]]) for size in sizes]
 
 
+#: a constant Slice bound of at most this magnitude is taken to lie inside a symbolic dim (``x[1:-1]`` is
+#: ``dim - 2``, not ``max(0, min(dim, ...))``); larger ones are clamped explicitly
+_SMALL_BOUND = 64
+
+
+def _clamp_index(value: Dim, dim: DimValue, low: int, high: DimValue) -> Dim:
+    """ONNX Slice's clamping of a start/end: negative counts from the end, then into [low, high]."""
+    if value is None or not isinstance(value, int):
+        return value
+    if value >= _TO_THE_END:
+        return high
+    if value <= -_TO_THE_END:
+        return low
+    resolved = dim_add(dim, value) if value < 0 else value
+    if abs(value) <= _SMALL_BOUND:
+        return resolved
+    return dim_max(dim_min(resolved, high), low)
+
+
 def _slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
     if dim is None or start is None or end is None:
         return None
     if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
         return len(range(*slice(start, end, step).indices(dim)))
     if step > 0:
-        begin = dim_add(dim, start) if isinstance(start, int) and start < 0 else start
-        stop = dim if isinstance(end, int) and end >= _TO_THE_END else (
-            dim_add(dim, end) if isinstance(end, int) and end < 0 else end)
-        return ceil_div(dim_sub(stop, begin), step)
-    begin = dim_add(dim, start) if isinstance(start, int) and start < 0 else (
-        dim_sub(dim, 1) if isinstance(start, int) and start >= _TO_THE_END else start)
-    stop = -1 if isinstance(end, int) and end <= -_TO_THE_END else (
-        dim_add(dim, end) if isinstance(end, int) and end < 0 else end)
-    return ceil_div(dim_sub(begin, stop), -step)
+        begin, stop = _clamp_index(start, dim, 0, dim), _clamp_index(end, dim, 0, dim)
+        if begin is None or stop is None:
+            return None
+        length = ceil_div(dim_sub(stop, begin), step)
+    else:
+        last = dim_sub(dim, 1)
+        begin, stop = _clamp_index(start, dim, -1, last), _clamp_index(end, dim, -1, last)
+        if begin is None or stop is None:
+            return None
+        length = ceil_div(dim_sub(begin, stop), -step)
+    return max(length, 0) if isinstance(length, int) else length
 
 
 @rule("Slice")
