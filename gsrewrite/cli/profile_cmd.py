@@ -33,7 +33,7 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
 
     from gsrewrite.errors import OutputError
     from gsrewrite.graph.symbolic_shapes import parse_input_shapes
-    from gsrewrite.model_io import check_output_path, load_model
+    from gsrewrite.model_io import check_output_path
     from gsrewrite.profiling.costs import profile_model
 
     fmt = "json" if as_json else fmt
@@ -41,7 +41,10 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
         if os.path.exists(plot) and not force:
             raise OutputError(f"{plot} exists; pass --force to overwrite it")
         check_output_path(plot, input_path=model)
-    result = profile_model(load_model(model), parse_input_shapes(input_shape))
+    from gsrewrite.model_io.weightless import load_weightless
+
+    result = profile_model(load_weightless(model), parse_input_shapes(input_shape),
+                           base_dir=os.path.dirname(os.path.abspath(model)))
     if plot is not None:
         _write_plot(result, plot, top or 15)
     top_given = ctx.get_parameter_source("top") != click.core.ParameterSource.DEFAULT

@@ -32,7 +32,12 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
         if os.path.exists(output) and not force:
             raise OutputError(f"{output} exists; pass --force to overwrite it")
         check_output_path(output, input_path=model)
-    proto = load_model(model, load_external_data=output is not None)
+    if output is None and not check:  # the weights are not needed (nothing runs, nothing is written)
+        from gsrewrite.model_io.weightless import load_weightless
+
+        proto = load_weightless(model)
+    else:
+        proto = load_model(model)
     result = infer_symbolic(proto, parse_input_shapes(input_shape))
     verdict = None
     if check:

@@ -53,17 +53,22 @@ def load_model_bytes(
 
 
 def _read_file(name: str) -> bytes:
+    _read_file_checks(name)
+    try:
+        with open(name, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
+
+
+def _read_file_checks(name: str) -> None:
+    """The path names a regular file (ModelNotFoundError otherwise)."""
     if not os.path.lexists(name):
         raise ModelNotFoundError(f"model file '{name}' does not exist")
     if os.path.isdir(name):
         raise ModelNotFoundError(f"'{name}' is a directory, not an ONNX model file")
     if not os.path.isfile(name):
         raise ModelNotFoundError(f"'{name}' is not a regular file (broken link or special file)")
-    try:
-        with open(name, "rb") as f:
-            return f.read()
-    except OSError as exc:
-        raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
 
 
 def _checked_model(

@@ -24,11 +24,17 @@ ShapesArg = InputShapes | Iterable[str] | Mapping[str, Any] | None
 
 
 def load(model: ModelArg, *, load_external_data: bool = True) -> onnx.ModelProto:
+    """The model; a path without ``load_external_data`` is loaded weightless (its large weights stay in the
+    file: shapes and memory planning never read them)."""
     if isinstance(model, onnx.ModelProto):
         return model
+    if not load_external_data:
+        from gsrewrite.model_io.weightless import load_weightless
+
+        return load_weightless(model)
     from gsrewrite.model_io import load_model
 
-    return load_model(model, load_external_data=load_external_data)
+    return load_model(model)
 
 
 def input_shapes(value: ShapesArg) -> InputShapes:
@@ -56,8 +62,16 @@ def infer_shapes(model: ModelArg, shapes: ShapesArg = None) -> SymbolicShapes:
 
 
 def profile(model: ModelArg, shapes: ShapesArg = None) -> Profile:
-    """MACs, parameters, weight and activation bytes, sparsity per node (see :mod:`gsrewrite.profiling.costs`)."""
-    return profile_model(load(model), input_shapes(shapes))
+    """MACs, parameters, weight and activation bytes, sparsity per node (see :mod:`gsrewrite.profiling.costs`).
+    A path is loaded without its weights (:mod:`gsrewrite.model_io.weightless`): they are memory-mapped for the
+    sparsity, never copied."""
+    if isinstance(model, onnx.ModelProto):
+        return profile_model(model, input_shapes(shapes))
+    from gsrewrite.model_io.weightless import load_weightless
+
+    path = os.fspath(model)
+    return profile_model(load_weightless(path), input_shapes(shapes),
+                         base_dir=os.path.dirname(os.path.abspath(path)))
 
 
 def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str, int]:

@@ -240,6 +240,8 @@ class ProfileContext:
     shapes: SymbolicShapes
     #: tensor -> the node producing it (main graph)
     producers: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    #: the model's folder (external tensors are read from there for their sparsity)
+    base_dir: str | None = None
 
     def producer_op(self, name: str) -> str | None:
         """The op type of the node that produces ``name`` (``None`` for inputs and constants)."""
@@ -264,8 +266,10 @@ class ProfileContext:
 
 
 def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
-                  shapes: SymbolicShapes | None = None) -> Profile:
-    """The cost of every main-graph node of ``model`` (see the module docstring)."""
+                  shapes: SymbolicShapes | None = None, base_dir: str | None = None) -> Profile:
+    """The cost of every main-graph node of ``model`` (see the module docstring). ``base_dir``: the model's
+    folder, where external (or weightless-loaded) tensors are read from for their sparsity (memory-mapped);
+    without it their sparsity is not computed."""
     shapes = shapes or infer_symbolic(model, input_shapes)
     graph = model.graph
     constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
@@ -277,7 +281,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     stats: dict[str, WeightStats | None] = {}
     context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
                               for o in model.opset_import}, shapes,
-                             {out: node for node in graph.node for out in node.output if out})
+                             {out: node for node in graph.node for out in node.output if out}, base_dir)
     tensors: dict[str, gs.Tensor] = {}
     nodes = [_node_cost(node, shapes, constants, stats, context, tensors) for node in graph.node
              if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
@@ -290,7 +294,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
         elements = math.prod(tensor.dims)
         profile.params += elements
         profile.weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
-        weight = stats.get(name) if name in stats else _weight_stats(tensor)
+        weight = stats.get(name) if name in stats else _weight_stats(tensor, base_dir)
         if weight is not None:
             profile.weights.add(weight)
     return profile
@@ -314,7 +318,7 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
             params += elements
             weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
             if name not in stats:
-                stats[name] = _weight_stats(tensor)
+                stats[name] = _weight_stats(tensor, context.base_dir)
             found = stats[name]
             if found is not None:
                 weights = WeightStats(0, 0, 0, 0) if weights is None else weights
@@ -388,20 +392,32 @@ def _attr(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _weight_stats(tensor: onnx.TensorProto) -> WeightStats | None:
+def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None) -> WeightStats | None:
     elements = math.prod(tensor.dims)
-    if elements < SPARSITY_MIN_ELEMENTS or tensor.data_location == onnx.TensorProto.EXTERNAL:
+    if elements < SPARSITY_MIN_ELEMENTS:
         return None
     try:
-        array = numpy_helper.to_array(tensor)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            if base_dir is None:
+                return None
+            from gsrewrite.model_io.weightless import tensor_values
+
+            values = tensor_values(tensor, base_dir)
+            if values is None or values.size != elements:
+                return None
+            array = values.reshape(tuple(tensor.dims))
+        else:
+            array = numpy_helper.to_array(tensor)
     except Exception:  # an unreadable or exotic type: no sparsity, not an error
         return None
     if array.dtype.kind not in "fiub" and array.dtype.itemsize not in (1, 2):
         return None
     flat = array.reshape(-1)
-    zero = flat == 0
+    zero = flat == 0  # (faster than count_nonzero on floats)
     zeros = int(np.count_nonzero(zero))
     last = array.shape[-1] if array.ndim else 1
+    if zeros == 0:  # dense (most weights): no zero block either
+        return WeightStats(elements, 0, int(flat.size) // BLOCK if last % BLOCK == 0 else 0, 0)
     if last % BLOCK == 0 and array.size:
         # four booleans are four bytes: a block is all zero when they read as 0x01010101 (one pass, no copy)
         blocks = np.ascontiguousarray(zero).view(np.uint32)

@@ -1,0 +1,180 @@
+"""Loading a model without its weights: for the commands that only need the graph and the tensors' shapes
+(``profile``, ``shapes``, ``memory``) on models of any size.
+
+The file is memory-mapped and read in the protobuf wire format: every ``raw_data`` payload of a main-graph
+initializer larger than :data:`INLINE_LIMIT` is left out, and the tensor instead refers to its own bytes *in the
+model file* with ONNX's external-data entries (``location`` = the model file, ``offset``, ``length``). The
+result is then checked exactly like :func:`gsrewrite.model_io.load_model` (text, tensor declarations,
+external-data entries, structure) without reading any weight; a reader that wants a weight's values maps that
+byte range (:func:`tensor_values`), as it would for a real external-data file. The payloads are never copied:
+a 7 GB model costs its graph, not 7 GB.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from collections.abc import Iterator
+
+import numpy as np
+from onnx import ModelProto, TensorProto, helper
+
+from gsrewrite.errors import InvalidModelError, ModelNotFoundError
+from gsrewrite.model_io.loading import _checked_model, _read_file_checks
+
+#: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
+INLINE_LIMIT = 4096
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
+
+
+def load_weightless(path: str | os.PathLike[str], *, max_tensor_bytes: int | None = None) -> ModelProto:
+    """The model at ``path`` with its large inline weights left in the file (see the module docstring)."""
+    name = os.fspath(path)
+    _read_file_checks(name)
+    base_dir = os.path.dirname(os.path.abspath(name))
+    location = os.path.basename(name)
+    try:
+        with open(name, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                data = b""
+            else:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                    try:
+                        data = bytes(_rebuilt(view, location))
+                    except (IndexError, ValueError):  # not well-formed: the full loader says what is wrong
+                        data = view[:]
+    except OSError as exc:
+        raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
+    return _checked_model(data, name, base_dir, False, max_tensor_bytes)
+
+
+def _rebuilt(view: mmap.mmap, location: str) -> bytearray:
+    out = bytearray()
+    for field, wire, start, payload, end in _all_fields(view, 0, len(view)):
+        if field == _MODEL_GRAPH and wire == _LEN:
+            _put_len(out, field, _graph(view, payload, end, location))
+        else:
+            out += view[start:end]
+    return out
+
+
+def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
+    out = bytearray()
+    for field, wire, start, payload, stop in _all_fields(view, pos, end):
+        if field == _GRAPH_INITIALIZER and wire == _LEN:
+            _put_len(out, field, _tensor(view, payload, stop, location))
+        else:
+            out += view[start:stop]
+    return out
+
+
+def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
+    out = bytearray()
+    moved: tuple[int, int] | None = None
+    for field, wire, start, payload, stop in _all_fields(view, pos, end):
+        if field == _TENSOR_RAW_DATA and wire == _LEN and stop - payload > INLINE_LIMIT and moved is None:
+            moved = (payload, stop - payload)
+        elif field in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION) and moved is not None:
+            raise ValueError("a tensor with raw_data and external data")
+        else:
+            out += view[start:stop]
+    if moved is not None:
+        offset, length = moved
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            _put_len(out, _TENSOR_EXTERNAL_DATA, _entry(key, value))
+        out += _tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint_bytes(TensorProto.EXTERNAL)
+    return out
+
+
+def _entry(key: str, value: str) -> bytes:
+    """A StringStringEntryProto: key = field 1, value = field 2."""
+    out = bytearray()
+    _put_len(out, 1, key.encode())
+    _put_len(out, 2, value.encode())
+    return bytes(out)
+
+
+def _tag(field: int, wire: int) -> bytes:
+    return _varint_bytes(field << 3 | wire)
+
+
+def _put_len(out: bytearray, field: int, payload: bytes | bytearray) -> None:
+    out += _tag(field, _LEN)
+    out += _varint_bytes(len(payload))
+    out += payload
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _varint(view: mmap.mmap, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = view[pos]
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _all_fields(view: mmap.mmap, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, field start, payload start, field end) of every field in ``view[pos:end]``."""
+    while pos < end:
+        start = pos
+        tag, pos = _varint(view, pos)
+        wire = tag & 7
+        payload = pos
+        if wire == _VARINT:
+            _, pos = _varint(view, pos)
+        elif wire == _I64:
+            pos += 8
+        elif wire == _I32:
+            pos += 4
+        elif wire == _LEN:
+            size, payload = _varint(view, pos)
+            pos = payload + size
+        else:
+            raise ValueError(f"unexpected wire type {wire}")
+        if pos > end:
+            raise ValueError("field past the end of its message")
+        yield tag >> 3, wire, start, payload, pos
+
+
+@functools.lru_cache(maxsize=256)
+def _real(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def tensor_values(tensor: TensorProto, base_dir: str) -> np.ndarray | None:
+    """The values of an external (or weightless-loaded) tensor, memory-mapped read-only from its file; None when
+    its entries are not a plain location/offset/length or its type has no numpy dtype."""
+    entries = {e.key: e.value for e in tensor.external_data}
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        offset, length = int(entries.get("offset", "0")), int(entries["length"])
+        path = _real(os.path.join(base_dir, entries["location"]))
+    except (KeyError, ValueError, TypeError):
+        return None
+    root = _real(base_dir)
+    if os.path.commonpath([root, path]) != root:
+        raise InvalidModelError(f"tensor {tensor.name!r}: external data outside the model folder")
+    count = length // dtype.itemsize if dtype.itemsize else 0
+    if count == 0:
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
