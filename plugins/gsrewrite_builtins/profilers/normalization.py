@@ -14,6 +14,8 @@ from gsrewrite.plugin_api import OpCost, hookimpl
 from gsrewrite_builtins.profilers import (
     ADD,
     CMP,
+    DIV,
+    EXP,
     LAYERNORM,
     LAYERNORM_ROW,
     MUL,
@@ -78,6 +80,14 @@ def profile_batch_norm(node: gs.Node, context: Any) -> OpCost:
     return cost(node, None if out is None else out * (MUL + ADD))
 
 
+def profile_lrn(node: gs.Node, context: Any) -> OpCost:
+    """x / (bias + alpha / size * sum of squares over ``size`` channels) ** beta: per element, ``size`` squares
+    and adds, then an add, a power (exp-priced) and a divide."""
+    out = output_elements(node)
+    size = int(node.attrs.get("size", 1))
+    return cost(node, None if out is None else out * (size * (MUL + ADD) + ADD + EXP + DIV))
+
+
 def profile_reduce(node: gs.Node, context: Any) -> OpCost:
     """Reductions read every input element once (an add or a compare each)."""
     x = input_elements(node)
@@ -93,6 +103,7 @@ PROFILERS = {
     "InstanceNormalization": profile_instance_norm,
     "GroupNormalization": profile_group_norm,
     "BatchNormalization": profile_batch_norm,
+    "LRN": profile_lrn,
     **dict.fromkeys(("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "TopK",
                      "CumSum"), profile_reduce),
