@@ -123,8 +123,7 @@ def _optimize_and_compress(job: Job, settings: dict[str, Any], strategy: str, in
     if as_json:
         emit(result.to_dict() | {"compress": compressed.to_dict()}, job.output, compressed.file_bytes[0], size)
         return
-    show(result.report_blocks(verbose=io["verbosity"] > 0), job.output, size, io["verbosity"]) \
-        if io["verbosity"] > 0 else None
+    show(result.report_blocks(verbose=io["verbosity"] > 0), None, None, io["verbosity"])  # the fusions
     if io["verbosity"] >= 0:
         console().print(compressed.report(), markup=False, highlight=False, soft_wrap=True)
     console().print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
