@@ -477,3 +477,27 @@ def test_protocols_describe_plugin_objects() -> None:
     from gsrewrite_builtins.profilers.linear import PROFILERS
 
     assert all(isinstance(profiler, OpProfiler) for profiler in PROFILERS.values())
+
+
+def test_a_plugin_overrides_a_builtin_profiler(site: FakeSite) -> None:
+    """A plugin registered after the built-ins is asked first: its MatMul cost wins, the others stay built-in."""
+    site.add("mm", HOOKIMPL + textwrap.dedent("""
+        from gsrewrite.plugin_api import OpCost
+
+        @hookimpl
+        def gsrewrite_profile_op(node, context):
+            return OpCost(macs=42) if node.op == "MatMul" else None
+    """))
+    reset_plugin_manager()
+    from onnx import TensorProto, helper
+
+    import gsrewrite
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.5] * 16)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    profile = gsrewrite.profile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    by_type = profile.by_op_type()
+    assert by_type["MatMul"].macs == 42 and by_type["Relu"].macs == 12
+    reset_plugin_manager()
