@@ -31,6 +31,7 @@ _WHERE: dict[str, str] = {
     "PatternError": "gsrewrite.errors",
     "UsageError": "gsrewrite.errors",
     "generated_inputs": "gsrewrite.validation.inputs",
+    "run_once": "gsrewrite.validation.runner",
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym"), "gsrewrite.graph.symdim"),
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),

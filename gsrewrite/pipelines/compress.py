@@ -135,6 +135,12 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
         tolerance = Tolerance(min_cosine if min_cosine is not None else tolerance.min_cosine,
                               max_abs if max_abs is not None else tolerance.max_abs)
     given = {k: v for k, v in options.items() if v is not None}
+    if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
+        from gsrewrite.validation.runner import cannot_validate, why_unrunnable
+
+        reason = why_unrunnable(baseline)
+        if reason is not None:
+            raise cannot_validate(reason)
     with stage(f"compressing ({strategy})"):
         compressed, notes, changed = _run(chosen, original, given)
     result = CompressResult(compressed, strategy, given, tolerance, notes)

@@ -279,3 +279,13 @@ def _as_output(value: Any) -> Any:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run_once(model: onnx.ModelProto, feed: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Run ``model`` once on ``feed`` under validation's time limit (a plugin about to run a model many times,
+    a quantizer's calibration, checks first that one run ends: a model that loops forever is an error)."""
+    reason = why_unrunnable(model)
+    if reason is not None:
+        raise cannot_validate(reason)
+    with open_session(serialized_source(model, "original"), reuse_memory=False) as session:
+        return session.run(feed)

@@ -36,14 +36,20 @@ class _QuietAdvice(logging.Filter):
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
+    """No advice on the root logger, nothing on stdout, and onnxruntime's own log (its calibration sessions)
+    limited to fatal errors: a failure is reported once, as one line, by gsrewrite."""
+    import onnxruntime
+
     advice = _QuietAdvice()
     root = logging.getLogger()
     root.addFilter(advice)
+    onnxruntime.set_default_logger_severity(4)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
         root.removeFilter(advice)
+        onnxruntime.set_default_logger_severity(2)
 
 
 def _check(name: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -101,6 +107,9 @@ class StaticInt8:
 
         feeds = list(_calibration_feeds(model, options.get("calibration"), int(options.get("calibration_sets")
                                                                                 or 8)))
+        from gsrewrite.plugin_api import run_once
+
+        run_once(model, feeds[0])  # one time-limited run first: calibration runs the model many times
 
         class Reader(CalibrationDataReader):  # type: ignore[misc]
             def __init__(self) -> None:
