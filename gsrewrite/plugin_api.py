@@ -30,7 +30,7 @@ _WHERE: dict[str, str] = {
     "GsrewriteError": "gsrewrite.errors",
     "PatternError": "gsrewrite.errors",
     "UsageError": "gsrewrite.errors",
-    "generated_inputs": "gsrewrite.validation.inputs",
+    "generated_inputs": "gsrewrite.validation.input_sets",
     "run_once": "gsrewrite.validation.runner",
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym"), "gsrewrite.graph.symdim"),
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",

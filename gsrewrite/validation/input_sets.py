@@ -19,8 +19,9 @@ import onnx
 
 from gsrewrite.validation.given_inputs import describe_given
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
-from gsrewrite.validation.memory import MemoryBudgetError, estimate_peak, input_bytes
-from gsrewrite.validation.signature import InputSpec
+from gsrewrite.validation.memory import MemoryBudgetError, default_budget, estimate_peak, input_bytes
+from gsrewrite.validation.shapes import resolve_shapes
+from gsrewrite.validation.signature import InputSpec, model_inputs
 from gsrewrite.validation.sizes import SizeSet
 
 log = logging.getLogger(__name__)
@@ -133,3 +134,13 @@ def format_bytes(size: int) -> str:
         if size >= scale:
             return f"{size / scale:.3g} {unit}"
     return f"{size} bytes"
+
+
+def generated_inputs(model: onnx.ModelProto, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """``count`` input sets for ``model`` at validation's sample sizes, drawn as validation draws them (for
+    plugins that need inputs: a quantizer's calibration)."""
+    specs = model_inputs(model)
+    # sizes are checked before anything is allocated: a run of the model at them must fit the memory budget
+    fit_budget(model, specs, [SizeSet("sample", resolve_shapes(specs))], default_budget())
+    plans = plan_inputs(model, specs)
+    return [generate_inputs(plans, seed + i, mask_offset=i) for i in range(count)]

@@ -128,18 +128,3 @@ def draw_mask(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype,
             values[row, holes] = 0
     return values
 
-
-def generated_inputs(model: onnx.ModelProto, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """``count`` input sets for ``model`` at validation's sample sizes, drawn as validation draws them (for
-    plugins that need inputs: a quantizer's calibration)."""
-    from gsrewrite.validation.input_sets import fit_budget
-    from gsrewrite.validation.memory import default_budget
-    from gsrewrite.validation.shapes import resolve_shapes
-    from gsrewrite.validation.signature import model_inputs
-    from gsrewrite.validation.sizes import SizeSet
-
-    specs = model_inputs(model)
-    # sizes are checked before anything is allocated: a run of the model at them must fit the memory budget
-    fit_budget(model, specs, [SizeSet("sample", resolve_shapes(specs))], default_budget())
-    plans = plan_inputs(model, specs)
-    return [generate_inputs(plans, seed + i, mask_offset=i) for i in range(count)]

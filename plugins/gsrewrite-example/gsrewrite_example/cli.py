@@ -20,6 +20,6 @@ def example_hello(model: str) -> None:
     graph = gs.import_onnx(gsrewrite.load_model(model))
     nodes = [node for node in graph.nodes if is_my_relu(node)]
     costs = [profile_op(node, None) for node in nodes]  # answered by this plugin, through gsrewrite
-    sizes = [cost.memory_bytes for cost in costs if cost is not None]
-    touched = f"{sum(sizes)} bytes" if len(sizes) == len(nodes) and None not in sizes else "unknown bytes"
+    sizes = [cost.memory_bytes for cost in costs if cost is not None and cost.memory_bytes is not None]
+    touched = f"{sum(sizes)} bytes" if len(sizes) == len(nodes) else "unknown bytes"
     click.echo(f"{len(nodes)} {OP_TYPE} node(s) in {model}, {touched} touched")
