@@ -7,6 +7,7 @@ validation included). Each tool runs in its own process (CLI as users run it), i
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -16,6 +17,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BASE = HERE / "_work" / "base"
 BIN = Path(sys.executable).parent
+
+# users' installs have compiled bytecode (pip compiles on install): every tool runs with it, not recompiling its
+# imports in each process as PYTHONDONTWRITEBYTECODE=1 (set on these machines) would make it
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
 
 BASELINE = "import onnx, sys; onnx.save(onnx.load(sys.argv[1]), sys.argv[2])"
 ONNXSIM = "import onnx, onnxsim, sys; m, ok = onnxsim.simplify(onnx.load(sys.argv[1])); onnx.save(m, sys.argv[2])"
@@ -41,7 +46,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for tool, cmd in commands(BASE / f"{name}.onnx", Path(tmp) / "out.onnx").items():
                     start = time.perf_counter()
-                    done = subprocess.run(cmd, capture_output=True, text=True)
+                    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
                     seconds = time.perf_counter() - start
                     if done.returncode != 0:
                         raise SystemExit(f"{tool} on {name}: {done.stderr[-300:]}")

@@ -13,6 +13,7 @@ Export is :func:`gsrewrite.graph.core.to_model`, the one exporter (the weights a
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import onnx
@@ -108,7 +109,16 @@ def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
 
 
 def _data_bytes(tensor: onnx.TensorProto) -> int:
-    return len(tensor.raw_data) if tensor.HasField("raw_data") else 0
+    """The size of the ``raw_data`` payload, from the declaration when it can be (reading ``raw_data`` copies
+    it: 20 ms for a 94 MB embedding; loading checked that payloads match their declarations)."""
+    if not tensor.HasField("raw_data"):
+        return 0
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return len(tensor.raw_data)
+    return math.prod(tensor.dims) * itemsize if itemsize and min(tensor.dims, default=0) >= 0 \
+        else len(tensor.raw_data)
 
 
 def to_graph(model: onnx.ModelProto, *, shapes: bool = True) -> gs.Graph:

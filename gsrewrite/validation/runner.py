@@ -2,8 +2,9 @@
 
 Graph optimizations are disabled so that onnxruntime's own fusions do not hide (or cause) differences
 between the two models. A model given as a path is handed to onnxruntime by path; an in-memory model
-is serialized, or — when larger than protobuf's 2 GB limit — written to a temporary folder with its
-tensors in an external data file.
+is serialized without its large weights, which onnxruntime gets as arrays (``in_memory``), or serialized whole
+when its weights are small; when larger than protobuf's 2 GB limit even so, it is written to a temporary folder
+with its tensors in an external data file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from google.protobuf.message import EncodeError
 
 from gsrewrite.errors import CannotValidateError, ValidationError
 from gsrewrite.model_io.tensors import declared_nbytes
+from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
 
 log = logging.getLogger(__name__)
@@ -126,7 +128,9 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
     if not reuse_memory:
         options.add_session_config_entry("session.disable_prepacking", "1")
     with contextlib.ExitStack() as stack:
-        model_arg = _model_argument(source, stack)
+        model_arg, weights = _model_argument(source, stack)
+        if weights is not None:
+            weights.add_to(options)  # the arrays are used in place: ``weights`` lives as long as the session
         start = time.perf_counter()
         try:
             session = ort.InferenceSession(model_arg, options, providers=list(providers or DEFAULT_PROVIDERS))
@@ -217,25 +221,29 @@ def _weight_bytes(model: onnx.ModelProto) -> int:
         return SINGLE_THREAD_BYTES + 1
 
 
-def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> str | bytes:
+def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> tuple[str | bytes, InMemoryModel | None]:
+    """The path or bytes onnxruntime loads, and the weights it gets as arrays (an in-memory model's large ones)."""
     if source.path is not None:
-        return str(source.path)
+        return str(source.path), None
+    split = in_memory_model(source.proto)
+    if split is not None:
+        return split.data, split
     if source.data is not None:
-        return source.data
-    serialized = _serialized(source.proto)
+        return source.data, None
+    serialized = serialize(source.proto)
     if serialized is not None:
-        return serialized
+        return serialized, None
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
     log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
-    return str(write_with_external_data(source.proto, folder))
+    return str(write_with_external_data(source.proto, folder)), None
 
 
 def serialized_source(model: onnx.ModelProto, role: str) -> ModelSource:
     """A source for ``model`` serialized now (in the calling thread), or as-is when it is over 2 GB."""
-    return ModelSource(role, model, data=_serialized(model))
+    return ModelSource(role, model, data=serialize(model))
 
 
-def _serialized(model: onnx.ModelProto) -> bytes | None:
+def serialize(model: onnx.ModelProto) -> bytes | None:
     """The serialized model, or ``None`` when it is over protobuf's 2 GB limit."""
     if estimated_bytes(model) > MAX_PROTOBUF_BYTES:
         return None

@@ -1,0 +1,74 @@
+"""An in-memory model reaches onnxruntime without its large weights serialized (validation/in_memory.py): the
+weights onnxruntime runs must be the proto's, exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from gsrewrite.validation import validate
+from gsrewrite.validation.in_memory import MIN_TOTAL_BYTES, in_memory_model
+
+
+def _model(weight: np.ndarray, bias: np.ndarray, *, duplicate: bool = False) -> onnx.ModelProto:
+    rows, cols = weight.shape
+    initializers = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b"),
+                    numpy_helper.from_array(np.array([1, cols], dtype=np.int64), "shape")]
+    if duplicate:
+        initializers.append(numpy_helper.from_array(weight, "w"))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+         helper.make_node("Reshape", ["a", "shape"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _weights(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    weight = rng.standard_normal((1024, 2560)).astype(np.float32)  # 10 MiB: above MIN_TOTAL_BYTES
+    assert weight.nbytes >= MIN_TOTAL_BYTES
+    return weight, rng.standard_normal(2560).astype(np.float16).astype(np.float32)
+
+
+def test_large_weights_are_passed_as_arrays_over_the_protos_bytes() -> None:
+    weight, bias = _weights()
+    split = in_memory_model(_model(weight, bias))
+    assert split is not None and split.names == ["w", "b"]
+    assert len(split.data) < 4096  # the graph alone
+    np.testing.assert_array_equal(split.arrays[0], weight)
+    np.testing.assert_array_equal(split.arrays[1], bias)
+    stub = onnx.load_from_string(split.data).graph.initializer[0]
+    assert stub.name == "w" and stub.data_location == TensorProto.EXTERNAL and not stub.raw_data
+    small = onnx.load_from_string(split.data).graph.initializer[2]
+    assert small.name == "shape" and numpy_helper.to_array(small).tolist() == [1, 2560]
+
+
+def test_small_models_and_duplicate_names_stay_serialized() -> None:
+    weight, bias = _weights()
+    assert in_memory_model(_model(weight[:16], bias)) is None  # too few bytes to gain anything
+    split = in_memory_model(_model(weight, bias, duplicate=True))
+    assert split is None or "w" not in split.names  # onnxruntime reports the duplicate as it is
+
+
+def test_validation_runs_the_weights_of_each_proto(monkeypatch) -> None:
+    from gsrewrite.validation import runner
+
+    passed: list[list[str]] = []
+
+    def spy(model: onnx.ModelProto) -> object:
+        split = in_memory_model(model)
+        passed.append(split.names if split is not None else [])
+        return split
+
+    monkeypatch.setattr(runner, "in_memory_model", spy)
+    weight, bias = _weights()
+    original = _model(weight, bias)
+    assert validate(original, _model(weight.copy(), bias.copy())).ok
+    changed = weight.copy()
+    changed[7, 1234] += 1.0  # one element of 2.6 million
+    report = validate(original, _model(changed, bias))
+    assert not report.ok
+    assert passed == [["w", "b"]] * 4  # both models of both comparisons went to onnxruntime as arrays
+    assert report.outputs[0].max_abs is not None and report.outputs[0].max_abs > 0.01
