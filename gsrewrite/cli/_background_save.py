@@ -101,8 +101,12 @@ class StagedSave:
         self._writer = _Worker(self._write, "gsrewrite-staged-save")
 
     def _write(self) -> None:
+        import os
+
         try:
             self._pending.file.write(self._data)
+            # replacing a file: commit() syncs before the rename; syncing here does it while validation runs
+            self._pending.flush(fsync=os.path.exists(self._pending.target))
         except OSError as exc:  # raised by finish() in the caller's thread
             self._error = exc
 
