@@ -117,13 +117,14 @@ class Checker:
         or run it."""
         from gsrewrite.validation.runner import serialized_source
 
-        validator = self._ready()
-        # the bytes a save needs; onnxruntime itself gets the candidate without its weights serialized
-        # (validation.in_memory). Encoding them on a worker thread beside validation measured no faster.
+        # the bytes a save needs, encoded while the reference run may still be going; onnxruntime itself gets the
+        # candidate without its weights serialized (validation.in_memory). Encoding them on a worker thread
+        # beside the comparison measured no faster.
         source = serialized_source(candidate, "candidate")
         self._last = (candidate, source.data)
         if self._on_serialized is not None and source.data is not None:
             self._on_serialized(candidate, source.data)
+        validator = self._ready()
         try:
             return validator.check(source)
         except (ValidationError, InputDataError) as exc:
