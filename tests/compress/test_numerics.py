@@ -133,3 +133,31 @@ def test_matmul_nbits_layout_runs_in_onnxruntime(k: int, n: int, block: int, bit
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     x = rng.standard_normal((3, k)).astype(np.float32)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ dequantize(qz), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize(("k", "n", "block"), [(256, 96, 32), (200, 40, 64), (64, 8, 16)])
+def test_int4_matmul_nbits_equals_onnxruntimes_quantizer_bit_for_bit(k: int, n: int, block: int,
+                                                                    symmetric: bool) -> None:
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    rng = np.random.default_rng(k + n + block)
+    w = (rng.standard_normal((k, n)) * rng.uniform(0.01, 2.0, size=(1, n))).astype(np.float32)
+    w[:block, 0] = 0.0  # an all-zero block
+    w[block:2 * block, 1] = np.where(np.arange(block) % 2, 0.5, -0.5)  # equal magnitudes: MLAS takes the min
+    w[2 * block, 2] = 1e-12  # a tiny value next to ordinary ones
+    blocks = math.ceil(k / block)
+    padded = np.zeros((blocks * block, n), dtype=np.float32)
+    padded[:k] = w
+    packed = np.zeros((n, blocks, block // 2), dtype=np.uint8)
+    zero_points = np.zeros((n, (blocks + 1) // 2), dtype=np.uint8)
+    scales = np.zeros((n, blocks), dtype=np.float32)
+    quantize_matmul_4bits(packed, padded, scales, zero_points, block, n, k, symmetric)  # as its quantizer calls it
+
+    b, our_scales, our_zero_points, _ = matmul_nbits(w, block, symmetric)
+    assert b.shape == packed.shape
+    nonzero = scales.reshape(-1) != 0  # all-zero block: onnxruntime stores scale 0, gsrewrite 1 (both give 0)
+    np.testing.assert_array_equal(b, packed)
+    np.testing.assert_array_equal(our_scales[nonzero], scales.reshape(-1)[nonzero])
+    if not symmetric:
+        np.testing.assert_array_equal(our_zero_points, zero_points.reshape(-1))

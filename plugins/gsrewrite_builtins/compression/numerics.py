@@ -12,7 +12,9 @@ Conventions (those of ONNX ``DequantizeLinear``: ``x = (q - zero_point) * scale`
 * granularity: ``tensor`` (one scale), ``channel`` (one per index of ``axis``), ``block`` (``block_size``
   consecutive elements along ``axis`` share a scale; the scale has the weight's shape with that axis divided,
   rounded up: ONNX opset-21 blocked quantization, a last partial block allowed);
-* an all-zero group gets scale 1 (never 0, never NaN).
+* an all-zero group gets scale 1 (never 0, never NaN);
+* 4-bit codes are computed with onnxruntime MLAS's float32 arithmetic (reciprocal of the scale, ties rounded
+  up), so that a MatMulNBits weight equals the one onnxruntime's quantizer makes, bit for bit.
 """
 
 from __future__ import annotations
@@ -101,20 +103,43 @@ def quantize(w: np.ndarray, spec: QuantSpec) -> Quantized:
     if spec.symmetric and spec.bits == 8:
         scale = np.abs(groups).max(axis=1) / 127.0
         zero = np.zeros_like(scale)
-    elif spec.symmetric:
-        largest = np.take_along_axis(groups, np.abs(groups).argmax(axis=1)[:, None], axis=1)[:, 0]
-        scale = largest / -8.0
+    elif spec.symmetric:  # MLAS: the larger magnitude of max and min, min on a tie
+        hi, lo = groups.max(axis=1), groups.min(axis=1)
+        scale = np.where(np.abs(hi) > np.abs(lo), hi, lo).astype(np.float32) / np.float32(-8.0)
         zero = np.zeros_like(scale)
     else:
         lo = np.minimum(groups.min(axis=1), 0.0)
         hi = np.maximum(groups.max(axis=1), 0.0)
-        scale = (hi - lo) / float(high - low)
-        zero = np.where(scale > 0, np.clip(np.round(-lo / np.where(scale > 0, scale, 1.0)), low, high), 0.0)
+        scale = (hi - lo) / np.float32(high - low)
+        ratio = -lo / np.where(scale > 0, scale, 1.0)
+        zero = np.where(scale > 0, np.clip(_round_half_up(ratio) if spec.bits == 4 else np.round(ratio), low, high),
+                        0.0)
+    if spec.bits == 4:
+        codes = _mlas_codes(groups, scale.astype(np.float32), zero, spec)
+    else:
+        codes = np.clip(np.round(groups / np.where(scale != 0, scale, 1.0)[:, None]) + zero[:, None], low, high)
     scale = np.where(scale != 0, scale, 1.0).astype(np.float32)
-    codes = np.clip(np.round(groups / scale[:, None]) + zero[:, None], low, high)
     q = _ungroup(codes, w, spec).astype(spec.code_dtype)
     return Quantized(q, _scale_layout(scale, w, spec, scale_shape).astype(np.float32),
                      _scale_layout(zero, w, spec, scale_shape).astype(spec.code_dtype), spec)
+
+
+def _mlas_codes(groups: np.ndarray, scale: np.ndarray, zero: np.ndarray, spec: QuantSpec) -> np.ndarray:
+    """4-bit codes computed as onnxruntime's MLAS does (``BlockwiseQuantizer`` in q4_dq.cpp), in float32: the
+    weight times the reciprocal of the scale plus the unsigned zero point (8 when symmetric), rounded half away
+    from zero, clamped to [0, 15]; returned in ``spec``'s code range. The same weights then give the same
+    MatMulNBits as onnxruntime's quantizer, bit for bit."""
+    reciprocal = np.divide(np.float32(1.0), scale, out=np.zeros_like(scale), where=scale != 0)
+    offset = 8 if spec.symmetric else 0
+    unsigned_zero = (zero + offset).astype(np.float32)
+    x = groups.astype(np.float32) * reciprocal[:, None] + unsigned_zero[:, None]
+    return np.clip(_round_half_up(x), 0, 15) - offset
+
+
+def _round_half_up(x: np.ndarray) -> np.ndarray:
+    """``roundf`` for the non-negative values it is used on here (ties up), exactly: ``x - floor(x)`` is exact."""
+    floor = np.floor(x)
+    return floor + (x - floor >= 0.5)
 
 
 def _ungroup(groups: np.ndarray, w: np.ndarray, spec: QuantSpec) -> np.ndarray:
