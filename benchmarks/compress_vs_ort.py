@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -44,10 +45,31 @@ def ort_int4(model: onnx.ModelProto) -> onnx.ModelProto:
     return quantizer.model.model
 
 
+def _makers(original: onnx.ModelProto, fused: onnx.ModelProto, folder: str
+            ) -> list[tuple[str, Callable[[], onnx.ModelProto]]]:
+    """The variants, each made only when asked for (``--only``)."""
+    return [
+        ("fp32 original", lambda: original),
+        ("onnxruntime quantize_dynamic", lambda: ort_dynamic(original, folder)),
+        ("gsrewrite dynamic-int8", lambda: gsrewrite.compress(original, "dynamic-int8", validate=False).model),
+        ("gsrewrite optimize --compress dynamic-int8",
+         lambda: gsrewrite.compress(fused, "dynamic-int8", validate=False).model),
+        ("onnxruntime MatMulNBits int4 b32 sym", lambda: ort_int4(original)),
+        ("gsrewrite int4 b32 sym", lambda: gsrewrite.compress(original, "int4", validate=False).model),
+        ("gsrewrite int4 b32 sym, MatMul only (as onnxruntime)",
+         lambda: gsrewrite.compress(original, "int4", validate=False, op_types=["MatMul"]).model),
+        ("gsrewrite optimize --compress int4",
+         lambda: gsrewrite.compress(fused, "int4", validate=False).model),
+        ("gsrewrite fp16", lambda: gsrewrite.compress(original, "fp16", validate=False).model),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="+")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--only", action="append", default=[],
+                        help="run only the variants whose label contains this text (repeatable; the original always)")
     args = parser.parse_args()
     print("| model | variant | file MiB | weights / fp32 | min cosine | max abs | latency ms (min) | vs original |")
     print("|---|---|---|---|---|---|---|---|")
@@ -55,19 +77,9 @@ def main() -> None:
         original = onnx.load(path)
         with tempfile.TemporaryDirectory() as folder:
             fused = optimize_model(original, validation=None).model
-            variants: list[tuple[str, onnx.ModelProto]] = [
-                ("fp32 original", original),
-                ("onnxruntime quantize_dynamic", ort_dynamic(original, folder)),
-                ("gsrewrite dynamic-int8", gsrewrite.compress(original, "dynamic-int8", validate=False).model),
-                ("gsrewrite optimize --compress dynamic-int8",
-                 gsrewrite.compress(fused, "dynamic-int8", validate=False).model),
-                ("onnxruntime MatMulNBits int4 b32 sym", ort_int4(original)),
-                ("gsrewrite int4 b32 sym", gsrewrite.compress(original, "int4", validate=False).model),
-                ("gsrewrite int4 b32 sym, MatMul only (as onnxruntime)",
-                 gsrewrite.compress(original, "int4", validate=False, op_types=["MatMul"]).model),
-                ("gsrewrite optimize --compress int4", gsrewrite.compress(fused, "int4", validate=False).model),
-                ("gsrewrite fp16", gsrewrite.compress(original, "fp16", validate=False).model),
-            ]
+            makers = _makers(original, fused, folder)
+            variants = [(label, make()) for i, (label, make) in enumerate(makers)
+                        if i == 0 or not args.only or any(text in label for text in args.only)]
         feed = bench_inputs(original)
         timed = bench(variants, runs=args.runs, inputs=feed)
         base_weights = weight_bytes(original)
