@@ -72,3 +72,17 @@ def test_validation_runs_the_weights_of_each_proto(monkeypatch) -> None:
     assert not report.ok
     assert passed == [["w", "b"]] * 4  # both models of both comparisons went to onnxruntime as arrays
     assert report.outputs[0].max_abs is not None and report.outputs[0].max_abs > 0.01
+
+
+def test_an_initializer_that_is_also_a_graph_input_keeps_its_default() -> None:
+    weight, bias = _weights()
+
+    def model(w: np.ndarray) -> onnx.ModelProto:
+        proto = _model(w, bias)
+        proto.graph.input.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.shape)))
+        return proto
+
+    assert validate(model(weight), model(weight.copy())).ok
+    changed = weight.copy()
+    changed[0, 0] += 5.0
+    assert not validate(model(weight), model(changed)).ok
