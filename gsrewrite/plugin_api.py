@@ -32,7 +32,8 @@ _WHERE: dict[str, str] = {
     "UsageError": "gsrewrite.errors",
     "generated_inputs": "gsrewrite.validation.input_sets",
     "run_once": "gsrewrite.validation.runner",
-    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym"), "gsrewrite.graph.symdim"),
+    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
+    "dim_mul": "gsrewrite.graph.symdim:mul",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),
 }
@@ -44,7 +45,8 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'gsrewrite.plugin_api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attribute = module.partition(":")  # "module:attribute" when the facade renames it
+    value = getattr(importlib.import_module(module), attribute or name)
     globals()[name] = value
     return value
 

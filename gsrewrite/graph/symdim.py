@@ -377,12 +377,17 @@ def _extremum(op: str, values: Iterable[DimValue]) -> DimValue:
         exprs.append((max if op == "max" else min)(ints))
     if len(exprs) == 1:
         return exprs[0]
-    # two expressions that differ by a constant: the larger/smaller is known
+    # two expressions whose difference has one sign: a symbol is a size (>= 0), so a difference over symbols
+    # alone whose coefficients are all >= 0 (or all <= 0) decides (2048*N against 3072*N; two that differ by a
+    # constant). Not over floor-division or other atoms: (s - 4) // 2 is negative for s < 4.
     if len(exprs) == 2:
         diff = sub(exprs[0], exprs[1])
-        if isinstance(diff, int):
-            pick = exprs[0] if (diff >= 0) == (op == "max") else exprs[1]
-            return pick
+        coefficients = [diff] if isinstance(diff, int) else [c for _, c in diff.terms]
+        over_symbols = isinstance(diff, int) or all(isinstance(atom, Sym) for monomial, _ in diff.terms
+                                                    for atom, _ in monomial)
+        if over_symbols and (all(c >= 0 for c in coefficients) or all(c <= 0 for c in coefficients)):
+            first_larger = all(c >= 0 for c in coefficients)
+            return exprs[0] if first_larger == (op == "max") else exprs[1]
     return _fn(op, *sorted(exprs, key=str))
 
 

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import onnx
 
+from gsrewrite.model_io.functions import MAX_EXPANDED_NODES, expanded_nodes
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.model_io.saving import over_protobuf_limit
 
@@ -44,6 +45,10 @@ def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.Mode
     """
     if over_protobuf_limit(model, _INFERENCE_LIMIT - 1):
         log.info("model is over 2 GB: skipping in-memory shape inference")
+        return model
+    if model.functions and expanded_nodes(model) is None:
+        log.info("the local functions are recursive or expand past %d nodes: skipping shape inference",
+                 MAX_EXPANDED_NODES)
         return model
     model = _negative_dims_cleared(model)
     try:

@@ -18,6 +18,7 @@ from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_s
 from gsrewrite.profiling.costs import Profile, profile_model
 from gsrewrite.profiling.memory import MemoryPlan
 from gsrewrite.profiling.memory import plan_memory as plan
+from gsrewrite.profiling.subgraphs import inline_functions
 
 ModelArg = onnx.ModelProto | str | os.PathLike
 ShapesArg = InputShapes | Iterable[str] | Mapping[str, Any] | None
@@ -95,8 +96,9 @@ def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str
 
 
 def plan_memory(model: ModelArg, shapes: ShapesArg = None) -> MemoryPlan:
-    """The activation memory plan at the given sizes (symbols not given take validation's sample sizes)."""
-    proto = load(model, load_external_data=False)
+    """The activation memory plan at the given sizes (symbols not given take validation's sample sizes); the
+    tensors inside local functions are planned too (the functions are inlined, as onnxruntime does)."""
+    proto = inline_functions(load(model, load_external_data=False))
     result = infer_symbolic(proto, input_shapes(shapes))
     bindings = default_bindings(proto, result)
     return plan(proto, result, bindings)

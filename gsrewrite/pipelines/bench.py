@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
+from gsrewrite.model_io.functions import expansion_problem
 
 ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
               "all": "ORT_ENABLE_ALL"}
@@ -91,6 +92,10 @@ def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimize
     options.log_severity_level = 4  # a model it cannot load is reported once, by us
     if optimized_path is not None:
         options.optimized_model_filepath = optimized_path
+    if isinstance(model, onnx.ModelProto):
+        problem = expansion_problem(model)  # onnxruntime would expand them, in native code, for minutes
+        if problem is not None:
+            raise ValidationError(f"onnxruntime cannot load the model: {problem}")
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     try:
         return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])

@@ -31,8 +31,9 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
-from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic
+from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.graph.symdim import DimValue
+from gsrewrite.profiling import subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +245,41 @@ class ProfileContext:
     producers: dict[str, onnx.NodeProto] = field(default_factory=dict)
     #: the model's folder (external tensors are read from there for their sparsity)
     base_dir: str | None = None
+    #: the model profiled, its constants (name -> tensor) and how deep in subgraphs it is
+    model: onnx.ModelProto | None = None
+    constants: Mapping[str, onnx.TensorProto] = field(default_factory=dict)
+    depth: int = 0
+
+    def node_proto(self, node: gs.Node) -> onnx.NodeProto | None:
+        """The ONNX node behind a profiler's graphsurgeon view (subgraphs are in its attributes)."""
+        for tensor in node.outputs:
+            found = self.producers.get(tensor.name)
+            if found is not None:
+                return found
+        return None
+
+    def value_info(self, name: str, drop_axis: int | None = None) -> onnx.ValueInfoProto | None:
+        """``name``'s inferred type (symbolic dims as ``dim_param`` expressions), without ``drop_axis``."""
+        info = value_info(self.shapes, name)
+        if info is not None and drop_axis is not None:
+            dims = info.type.tensor_type.shape.dim
+            if not -len(dims) <= drop_axis < len(dims):
+                return None
+            del dims[drop_axis % len(dims)]
+        return info
+
+    def subgraph_profile(self, node: gs.Node, attribute: str,
+                         formal: list[onnx.ValueInfoProto | None] | None = None) -> Profile | None:
+        """The profile of ``node``'s subgraph ``attribute`` (see :mod:`gsrewrite.profiling.subgraphs`); None
+        past :data:`~gsrewrite.profiling.subgraphs.MAX_DEPTH` or when there is no such subgraph."""
+        proto = self.node_proto(node)
+        if proto is None or self.model is None or self.depth >= subgraphs.MAX_DEPTH:
+            return None
+        graph = next((g for name, g in subgraphs.graph_attributes(proto) if name == attribute), None)
+        if graph is None:
+            return None
+        sub = subgraphs.subgraph_model(graph, self.model, self.shapes, self.constants, formal or [])
+        return profile_model(sub, base_dir=self.base_dir, depth=self.depth + 1)
 
     def producer_op(self, name: str) -> str | None:
         """The op type of the node that produces ``name`` (``None`` for inputs and constants)."""
@@ -268,10 +304,13 @@ class ProfileContext:
 
 
 def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
-                  shapes: SymbolicShapes | None = None, base_dir: str | None = None) -> Profile:
+                  shapes: SymbolicShapes | None = None, base_dir: str | None = None, depth: int = 0) -> Profile:
     """The cost of every main-graph node of ``model`` (see the module docstring). ``base_dir``: the model's
     folder, where external (or weightless-loaded) tensors are read from for their sparsity (memory-mapped);
-    without it their sparsity is not computed."""
+    without it their sparsity is not computed. Local functions are inlined first (their nodes are profiled);
+    ``If``/``Loop``/``Scan`` bodies are profiled by the control-flow profiler (``depth``: how deep in them)."""
+    if shapes is None:
+        model = subgraphs.inline_functions(model)
     graph = model.graph
     constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
     for node in graph.node:
@@ -285,7 +324,8 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
         shapes = shapes or infer_symbolic(model, input_shapes)  # while the weights are scanned
         context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
                                   for o in model.opset_import}, shapes,
-                                 {out: node for node in graph.node for out in node.output if out}, base_dir)
+                                 {out: node for node in graph.node for out in node.output if out}, base_dir,
+                                 model, constants, depth)
         tensors: dict[str, gs.Tensor] = {}
         nodes = [_node_cost(node, shapes, constants, stats, context, tensors) for node in graph.node
                  if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]

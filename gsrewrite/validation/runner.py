@@ -26,6 +26,7 @@ import onnx
 from google.protobuf.message import EncodeError
 
 from gsrewrite.errors import CannotValidateError, ValidationError
+from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
@@ -129,6 +130,11 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
     # creation costs more than packing on the fly in those runs (ViT-base: session 0.10-0.15 -> 0.04-0.05 s,
     # two runs +0.012 s)
     options.add_session_config_entry("session.disable_prepacking", "1")
+    problem = expansion_problem(source.proto)  # onnxruntime would expand them, in native code, for minutes
+    if problem is not None:
+        if source.role == "original":
+            raise cannot_validate(f"the model cannot be run: {problem}")
+        raise ValidationError(f"onnxruntime cannot load the {source.role} model: {problem}")
     with contextlib.ExitStack() as stack:
         model_arg, weights = _model_argument(source, stack)
         if weights is not None:

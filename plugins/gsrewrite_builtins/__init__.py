@@ -13,6 +13,7 @@ BUILTIN_PLUGINS: list[str] = [
     "gsrewrite_builtins.profilers.normalization",
     "gsrewrite_builtins.profilers.movement",
     "gsrewrite_builtins.profilers.contrib",
+    "gsrewrite_builtins.profilers.control_flow",
     "gsrewrite_builtins.shape_handlers",
     "gsrewrite_builtins.passes",
     "gsrewrite_builtins.compression",

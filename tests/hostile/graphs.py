@@ -208,6 +208,18 @@ def _mutual(folder: Path) -> None:
     write(folder, model(g, functions=funcs, extra_opsets={"local": 1}))  # type: ignore[arg-type]
 
 
+@case("function_bomb", "f0 calls f1 twice, ... 30 levels: 2**30 nodes once the functions are expanded (onnx's "
+      "shape inference and onnxruntime expand them for minutes in native code)", read_exit=None, tags=["bomb"])
+def _function_bomb(folder: Path) -> None:
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    funcs = [helper.make_function("local", f"f{i}", ["a"], ["b"],
+                                  [node(f"f{i + 1}", ["a"], ["m"], domain="local"),
+                                   node(f"f{i + 1}", ["m"], ["b"], domain="local")], opsets) for i in range(30)]
+    funcs.append(helper.make_function("local", "f30", ["a"], ["b"], [node("Relu", ["a"], ["b"])], opsets[:1]))
+    g = graph([node("f0", ["x"], ["y"], domain="local")], [vi("x")], [vi("y")])
+    write(folder, model(g, functions=funcs, extra_opsets={"local": 1}))  # type: ignore[arg-type]
+
+
 # --- names that are not UTF-8 -----------------------------------------------------------------------
 def _non_utf8(m: ModelProto, placeholder: str) -> bytes:
     data = m.SerializeToString()
