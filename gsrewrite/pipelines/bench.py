@@ -21,6 +21,8 @@ import onnx
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
 from gsrewrite.model_io.functions import expansion_problem
+from gsrewrite.validation.in_memory import in_memory_model
+from gsrewrite.validation.runner import serialize
 
 ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
               "all": "ORT_ENABLE_ALL"}
@@ -96,12 +98,24 @@ def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimize
         problem = expansion_problem(model)  # onnxruntime would expand them, in native code, for minutes
         if problem is not None:
             raise ValidationError(f"onnxruntime cannot load the model: {problem}")
-    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    weights = None
+    if isinstance(model, onnx.ModelProto):
+        source: str | bytes | None = serialize(model)
+        if source is None:  # over protobuf's 2 GB: the graph alone, the weights as arrays (validation.in_memory)
+            weights = in_memory_model(model)
+            if weights is None:
+                raise ValidationError("onnxruntime cannot load the model: over 2 GB even without its weights")
+            weights.add_to(options)
+            source = weights.data
+    else:
+        source = model
     try:
-        return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        opened = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's own exception types
         raise ValidationError(f"onnxruntime cannot load {getattr(model, 'name', None) or 'the model'}: "
                               f"{str(exc).splitlines()[0]}") from None
+    opened._gsrewrite_weights = weights  # the arrays onnxruntime uses in place live as long as the session
+    return opened
 
 
 def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int = 20, warmup: int = 2,

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import helper, numpy_helper
 
 from gsrewrite.plugin_api import Tolerance, UsageError
@@ -72,11 +73,22 @@ class Float16:
         quiet = logging.getLogger("onnxruntime.transformers.float16")
         level = quiet.level
         quiet.setLevel(logging.ERROR)
-        try:
+        def convert(model_in: onnx.ModelProto, shape_infer: bool) -> onnx.ModelProto:
             with contextlib.redirect_stdout(io.StringIO()):
-                converted = float16.convert_float_to_float16(
-                    source, keep_io_types=keep_io, op_block_list=op_block, node_block_list=sorted(blocked_nodes),
-                    disable_shape_infer=False)
+                return float16.convert_float_to_float16(
+                    model_in, keep_io_types=keep_io, op_block_list=op_block, node_block_list=sorted(blocked_nodes),
+                    disable_shape_infer=not shape_infer)
+
+        try:
+            try:
+                converted = convert(source, True)
+            except (EncodeError, ValueError) as exc:  # over 2 GB: its shape inference serializes the model
+                if "serialize" not in str(exc):  # convert without it (validation checks the result, as always)
+                    raise
+                if source is model:  # without shape inference the converter edits the model it is given
+                    source = onnx.ModelProto()
+                    source.CopyFrom(model)
+                converted = convert(source, False)
         except Exception as exc:  # the converter's failure on an odd graph: one line, nothing written
             raise UsageError(f"the float16 converter failed: {str(exc).splitlines()[0] if str(exc) else exc}") \
                 from None

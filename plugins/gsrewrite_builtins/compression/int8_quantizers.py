@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from gsrewrite.plugin_api import Tolerance, UsageError
+from gsrewrite.plugin_api import Tolerance, UsageError, load_model, save_model
 from gsrewrite_builtins.compression.common import Compressed
 
 
@@ -58,6 +58,10 @@ def _check(name: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None
         raise UsageError(f"strategy {name!r} has no option {unknown[0]!r} (options: {', '.join(allowed)})")
 
 
+def _count(model: onnx.ModelProto, op_types: list[str]) -> int:
+    return sum(1 for n in model.graph.node if n.op_type in op_types and n.domain in ("", "ai.onnx"))
+
+
 def _quantized_nodes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
     kept = {n.name for n in after.graph.node}
     return [n.name for n in before.graph.node if n.name and n.name not in kept]
@@ -78,9 +82,10 @@ class DynamicInt8:
         op_types = list(options.get("op_types") or [t for t in ("MatMul", "Gemm", "Attention") if t in present])
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
-            onnx.save(model, source)
+            external = _save(model, source)
             try:
                 quantize_dynamic(source, target, weight_type=QuantType.QInt8, op_types_to_quantize=op_types,
+                                 use_external_data_format=external,
                                  per_channel=bool(options.get("per_channel", False)),
                                  reduce_range=bool(options.get("reduce_range", False)),
                                  nodes_to_exclude=list(options.get("exclude") or ()),
@@ -88,9 +93,10 @@ class DynamicInt8:
                                                 "WeightSymmetric": bool(options.get("symmetric", True))})
             except Exception as exc:  # onnxruntime's quantizer failing on this graph: one line
                 raise UsageError(f"onnxruntime's quantize_dynamic failed: {str(exc).splitlines()[0]}") from None
-            result = onnx.load(target)
+            result = load_model(str(target))
         changed = _quantized_nodes(model, result)
-        return Compressed(result, [f"{len(changed)} node(s) quantized by onnxruntime's quantize_dynamic "
+        count = _count(model, op_types) - _count(result, op_types)  # unnamed nodes too
+        return Compressed(result, [f"{count} node(s) quantized by onnxruntime's quantize_dynamic "
                                    f"({', '.join(op_types)})"], changed)
 
 
@@ -121,19 +127,27 @@ class StaticInt8:
         op_types = list(options.get("op_types") or ["Conv", "MatMul", "Gemm"])
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
-            onnx.save(model, source)
+            external = _save(model, source)
             try:
                 quantize_static(source, target, Reader(), quant_format=QuantFormat.QDQ,
+                                use_external_data_format=external,
                                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                                 op_types_to_quantize=op_types, per_channel=bool(options.get("per_channel", True)),
                                 nodes_to_exclude=list(options.get("exclude") or ()))
             except Exception as exc:
                 raise UsageError(f"onnxruntime's quantize_static failed: {str(exc).splitlines()[0]}") from None
-            result = onnx.load(target)
+            result = load_model(str(target))
         where = "given inputs" if options.get("calibration") else "generated inputs (give --calibration for real data)"
         added = sum(1 for n in result.graph.node if n.op_type == "QuantizeLinear")
         return Compressed(result, [f"QDQ int8, calibrated on {len(feeds)} input set(s) from {where}; "
                                    f"{added} QuantizeLinear node(s)"])
+
+
+def _save(model: onnx.ModelProto, path: Path) -> bool:
+    """Write ``model`` for onnxruntime's quantizer; True when it had to go to external data (over 2 GB), which the
+    quantizer must then be told (``use_external_data_format``) to read and to write."""
+    save_model(model, str(path))
+    return any(path.parent.glob(f"{path.name}.data*"))
 
 
 def _calibration_feeds(model: onnx.ModelProto, source: Any, count: int) -> Iterator[dict[str, np.ndarray]]:
