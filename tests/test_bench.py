@@ -64,3 +64,20 @@ def test_optimize_tune_times_each_matched_family_and_keeps_the_fastest(tmp_path:
     assert set(tuned["latency_ms"]) == {"all fusions", "without gelu", "the input (no fusion)"}
     assert tuned["kept"] in tuned["latency_ms"] and tuned["reason"]
     assert onnx.load(tmp_path / "out.onnx").graph.node
+
+
+def test_a_model_that_cannot_be_serialized_is_timed_with_its_weights_as_arrays(monkeypatch) -> None:
+    """Over 2 GB a model cannot be serialized; bench then gives onnxruntime the graph and the weights as arrays
+    (simulated here: the serializer says "too large" for every model)."""
+    from gsrewrite.pipelines import bench as bench_module
+
+    weight = np.random.default_rng(0).standard_normal((1024, 2560)).astype(np.float32)  # 10 MiB
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2560])],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    monkeypatch.setattr(bench_module, "serialize", lambda m: None)
+    session = bench_module.session(model, 1, "all")
+    x = np.ones((1, 1024), np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weight, rtol=1e-4, atol=1e-3)
