@@ -33,6 +33,7 @@ from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.graph.symdim import DimValue
+from gsrewrite.model_io.weightless import tensor_values
 from gsrewrite.profiling import subgraphs
 
 log = logging.getLogger(__name__)
@@ -327,8 +328,15 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
                                  {out: node for node in graph.node for out in node.output if out}, base_dir,
                                  model, constants, depth)
         tensors: dict[str, gs.Tensor] = {}
-        nodes = [_node_cost(node, shapes, constants, stats, context, tensors) for node in graph.node
-                 if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
+        walked = [node for node in graph.node if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
+        nodes = [_node_cost(node, shapes, constants, context, tensors) for node in walked]
+        # the sparsity last: the scans ran beside the walk, which never waits for them
+        for node, cost in zip(walked, nodes, strict=True):
+            for name in node.input:
+                found = stats.result(name, constants[name]) if name in constants else None
+                if found is not None:
+                    cost.weights = WeightStats(0, 0, 0, 0) if cost.weights is None else cost.weights
+                    cost.weights.add(found)
         profile = Profile(nodes, shapes, bindings=dict(shapes.bindings))
         used = {name for node in graph.node for name in node.input if name in constants}
         used |= {name for node in graph.node if node.op_type == "Constant" for name in node.output
@@ -376,7 +384,7 @@ class _SparsityJobs:
 
 
 def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto],
-               stats: _SparsityJobs, context: ProfileContext,
+               context: ProfileContext,
                tensors: dict[str, gs.Tensor]) -> NodeCost:
     inputs: list[gs.Tensor] = []
     params = weight_bytes = 0
@@ -392,10 +400,6 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
             elements = math.prod(tensor.dims)
             params += elements
             weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
-            found = stats.result(name, tensor)
-            if found is not None:
-                weights = WeightStats(0, 0, 0, 0) if weights is None else weights
-                weights.add(found)
         else:
             inputs.append(_variable(name, shapes, tensors))
     outputs = [_variable(name, shapes, tensors) if name else gs.Variable.empty() for name in node.output]
@@ -473,8 +477,6 @@ def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None) -> WeightStats
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             if base_dir is None:
                 return None
-            from gsrewrite.model_io.weightless import tensor_values
-
             values = tensor_values(tensor, base_dir)
             if values is None or values.size != elements:
                 return None
