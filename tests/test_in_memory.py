@@ -57,8 +57,8 @@ def test_validation_runs_the_weights_of_each_proto(monkeypatch) -> None:
 
     passed: list[list[str]] = []
 
-    def spy(model: onnx.ModelProto) -> object:
-        split = in_memory_model(model)
+    def spy(model: onnx.ModelProto, data: bytes | None = None) -> object:
+        split = in_memory_model(model, data)
         passed.append(split.names if split is not None else [])
         return split
 
@@ -86,3 +86,19 @@ def test_an_initializer_that_is_also_a_graph_input_keeps_its_default() -> None:
     changed = weight.copy()
     changed[0, 0] += 5.0
     assert not validate(model(weight), model(changed)).ok
+
+
+def test_given_the_serialized_model_the_arrays_are_views_of_its_payloads() -> None:
+    weight, bias = _weights()
+    model = _model(weight, bias)
+    data = model.SerializeToString()
+    split = in_memory_model(model, data)
+    assert split is not None and split.names == ["w", "b"]
+    buffer = np.frombuffer(data, np.uint8)
+    assert all(np.shares_memory(array, buffer) for array in split.arrays)  # no copy of the weights
+    np.testing.assert_array_equal(split.arrays[0], weight)
+    np.testing.assert_array_equal(split.arrays[1], bias)
+    other = _model(weight + 1, bias).SerializeToString()[:-1]  # not this model's bytes (not even well formed)
+    fallback = in_memory_model(model, other)
+    assert fallback is not None
+    np.testing.assert_array_equal(fallback.arrays[0], weight)  # copied from the proto, never read from `other`

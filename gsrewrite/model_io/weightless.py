@@ -90,6 +90,28 @@ def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
     return out
 
 
+def initializer_payloads(data: bytes) -> list[tuple[int, int] | None] | None:
+    """For each main-graph initializer of the serialized model ``data``, in order, where its ``raw_data``
+    payload is in ``data`` (offset, length), or None for one without; None when ``data`` is not laid out as one
+    graph field (the reader then copies the tensors instead)."""
+    try:
+        graphs = [(payload, end) for field, wire, _, payload, end in _all_fields(data, 0, len(data))
+                  if field == _MODEL_GRAPH and wire == _LEN]
+        if len(graphs) != 1:
+            return None
+        out: list[tuple[int, int] | None] = []
+        for field, wire, _, payload, end in _all_fields(data, *graphs[0]):
+            if field == _GRAPH_INITIALIZER and wire == _LEN:
+                found = None
+                for inner, inner_wire, _, start, stop in _all_fields(data, payload, end):
+                    if inner == _TENSOR_RAW_DATA and inner_wire == _LEN:
+                        found = (start, stop - start)  # the last one counts, as when parsing
+                out.append(found)
+        return out
+    except (IndexError, ValueError):
+        return None
+
+
 def _entry(key: str, value: str) -> bytes:
     """A StringStringEntryProto: key = field 1, value = field 2."""
     out = bytearray()
@@ -120,7 +142,7 @@ def _varint_bytes(value: int) -> bytes:
             return bytes(out)
 
 
-def _varint(view: mmap.mmap, pos: int) -> tuple[int, int]:
+def _varint(view: mmap.mmap | bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         byte = view[pos]
@@ -133,7 +155,7 @@ def _varint(view: mmap.mmap, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
-def _all_fields(view: mmap.mmap, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+def _all_fields(view: mmap.mmap | bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, field start, payload start, field end) of every field in ``view[pos:end]``."""
     while pos < end:
         start = pos

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.graph.core import copy_fields
+from gsrewrite.model_io.weightless import initializer_payloads
 
 #: Initializers with at least this many bytes of ``raw_data`` are passed as arrays.
 MIN_TENSOR_BYTES = 4096
@@ -50,9 +51,11 @@ class InMemoryModel:
         options.add_external_initializers(self.names, self.values)
 
 
-def in_memory_model(model: onnx.ModelProto) -> InMemoryModel | None:
+def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemoryModel | None:
     """``model`` split into a small serialized graph and its large initializers; ``None`` when that gains
-    nothing (few weight bytes) or the graph alone is still over protobuf's limit."""
+    nothing (few weight bytes) or the graph alone is still over protobuf's limit. ``data``: ``model`` already
+    serialized; the arrays are then views of its payloads, not copies (onnxruntime copies them into its own
+    buffers at session creation: measured with onnxruntime 1.32, so no extra model-sized copy exists)."""
     counts: dict[str, int] = {}
     for tensor in model.graph.initializer:
         counts[tensor.name] = counts.get(tensor.name, 0) + 1
@@ -64,11 +67,18 @@ def in_memory_model(model: onnx.ModelProto) -> InMemoryModel | None:
     copy_fields(light, model, skip=("graph",))
     copy_fields(light.graph, model.graph, skip=("initializer",))
     names, arrays = [], []
-    for tensor in model.graph.initializer:
+    payloads = initializer_payloads(data) if data is not None else None
+    if payloads is not None and len(payloads) != len(model.graph.initializer):
+        payloads = None
+    for index, tensor in enumerate(model.graph.initializer):
         if id(tensor) not in chosen:
             light.graph.initializer.append(tensor)
             continue
-        raw = tensor.raw_data  # a copy (protobuf has no view of it): taken once
+        where = payloads[index] if payloads is not None else None
+        if data is not None and where is not None and where[1] == _nbytes(tensor):
+            raw: bytes | memoryview = memoryview(data)[where[0]:where[0] + where[1]]
+        else:
+            raw = tensor.raw_data  # a copy (protobuf has no view of it): taken once
         if len(raw) != _nbytes(tensor):  # not what it declares: onnxruntime sees it as it is
             light.graph.initializer.append(tensor)
             continue

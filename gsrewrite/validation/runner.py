@@ -233,7 +233,7 @@ def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> tuple[s
     """The path or bytes onnxruntime loads, and the weights it gets as arrays (an in-memory model's large ones)."""
     if source.path is not None:
         return str(source.path), None
-    split = in_memory_model(source.proto)
+    split = in_memory_model(source.proto, source.data)
     if split is not None:
         return split.data, split
     if source.data is not None:
