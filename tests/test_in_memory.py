@@ -102,3 +102,18 @@ def test_given_the_serialized_model_the_arrays_are_views_of_its_payloads() -> No
     fallback = in_memory_model(model, other)
     assert fallback is not None
     np.testing.assert_array_equal(fallback.arrays[0], weight)  # copied from the proto, never read from `other`
+
+
+def test_payload_offsets_of_damaged_bytes_are_none_or_within_the_bytes() -> None:
+    from gsrewrite.model_io.weightless import initializer_payloads
+
+    weight, bias = _weights()
+    data = _model(weight[:64], bias).SerializeToString()
+    rng = np.random.default_rng(1)
+    cuts = [*range(0, 200), *rng.integers(0, len(data), 300).tolist()]
+    for cut in cuts:
+        for damaged in (data[:cut], data[:cut] + bytes(rng.integers(0, 256, 8, dtype=np.uint8))):
+            payloads = initializer_payloads(damaged)  # never raises
+            for where in payloads or []:
+                assert where is None or (where[0] >= 0 and where[0] + where[1] <= len(damaged))
+    assert initializer_payloads(data) is not None
