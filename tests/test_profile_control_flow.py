@@ -107,16 +107,20 @@ def test_recursive_and_exploding_functions_stay_unprofiled_calls() -> None:
                    opsets=[*OPSET, helper.make_opsetid("local", 1)], functions=[recursive])
     assert gsrewrite.profile(model).unprofiled == {"local.F": 1}
 
-    levels = 30  # f0 calls f1 twice, ... : 2**30 nodes once expanded
+    assert gsrewrite.profile(_function_bomb()).unprofiled == {"local.f0": 1}
+
+
+def _function_bomb(levels: int = 30) -> onnx.ModelProto:
+    """f0 calls f1 twice, ...: 2**levels nodes once expanded."""
+    opsets = [*OPSET, helper.make_opsetid("local", 1)]
     functions = [helper.make_function("local", f"f{i}", ["a"], ["b"],
                                       [helper.make_node(f"f{i + 1}", ["a"], ["m"], domain="local"),
-                                       helper.make_node(f"f{i + 1}", ["m"], ["b"], domain="local")],
-                                      [*OPSET, helper.make_opsetid("local", 1)]) for i in range(levels)]
-    functions.append(helper.make_function("local", f"f{levels}", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
-                                          OPSET))
-    bomb = _model([helper.make_node("f0", ["x"], ["y"], domain="local")], [_vi("x", [4])], [_vi("y", [4])], [],
-                  opsets=[*OPSET, helper.make_opsetid("local", 1)], functions=functions)
-    assert gsrewrite.profile(bomb).unprofiled == {"local.f0": 1}
+                                       helper.make_node(f"f{i + 1}", ["m"], ["b"], domain="local")], opsets)
+                 for i in range(levels)]
+    functions.append(helper.make_function("local", f"f{levels}", ["a"], ["b"],
+                                          [helper.make_node("Relu", ["a"], ["b"])], OPSET))
+    return _model([helper.make_node("f0", ["x"], ["y"], domain="local")], [_vi("x", [4])], [_vi("y", [4])], [],
+                  opsets=opsets, functions=functions)
 
 
 def test_the_memory_plan_sees_the_tensors_inside_a_local_function() -> None:
@@ -129,3 +133,26 @@ def test_the_memory_plan_sees_the_tensors_inside_a_local_function() -> None:
     planned = [b.tensor for b in plan.buffers]
     assert [name for name in planned if name.startswith("m")], planned  # the function's Relu output (renamed)
     assert not plan.unknown
+
+
+def test_the_installed_cli_profiles_an_if_and_answers_a_function_bomb_at_once(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    gsrewrite_cli = Path(sys.executable).parent / "gsrewrite"
+    onnx.save(_if_model(), tmp_path / "if.onnx")
+    done = subprocess.run([str(gsrewrite_cli), "profile", str(tmp_path / "if.onnx"), "--input-shape", "N=3",
+                           "--format", "json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["total"]["macs"] == 3 * (64 * 32 + 32 * 32) and report["unprofiled"] == {}
+
+    onnx.save(_function_bomb(), tmp_path / "bomb.onnx")
+    for command in (["info"], ["optimize", "-o", str(tmp_path / "out.onnx")]):
+        done = subprocess.run([str(gsrewrite_cli), *command, str(tmp_path / "bomb.onnx")], capture_output=True,
+                              text=True, timeout=60)  # minutes before the fix, in native code
+        assert done.returncode in (0, 2) and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "expand to more than" in done.stderr
+    assert not (tmp_path / "out.onnx").exists()
