@@ -48,18 +48,23 @@ def external_refs(model: ModelProto, base_dir: str | None, max_tensor_bytes: int
     if not any(is_external(tensor) for tensor in tensor_protos(model)):
         return []
     refs = []
+    files: dict[str, tuple[str, int]] = {}  # location -> (checked real path, size): checked once per file
     for tensor, where in iter_tensors(model):
         if is_external(tensor):
             if base_dir is None:
                 raise ExternalDataError(f"{where} uses external data but no model folder is known")
-            refs.append(_validated(tensor, where, base_dir, max_tensor_bytes))
+            refs.append(_validated(tensor, where, base_dir, max_tensor_bytes, files))
     return refs
 
 
-def _validated(tensor: TensorProto, where: str, base_dir: str, max_tensor_bytes: int) -> ExternalRef:
+def _validated(tensor: TensorProto, where: str, base_dir: str, max_tensor_bytes: int,
+               files: dict[str, tuple[str, int]]) -> ExternalRef:
     entries = _entries(tensor, where)
     location = entries.get("location", "")
-    path = _safe_path(location, base_dir, where)
+    if location not in files:
+        path = _safe_path(location, base_dir, where)
+        files[location] = (path, os.path.getsize(path))
+    path, size = files[location]
     expected = checked_nbytes(tensor, where, max_tensor_bytes)
     if tensor.data_type == TensorProto.STRING:
         raise ExternalDataError(f"{where} is a STRING tensor, which cannot be stored as external data")
@@ -70,7 +75,6 @@ def _validated(tensor: TensorProto, where: str, base_dir: str, max_tensor_bytes:
             f"{where} has {length:,} bytes of external data in '{location}' but its shape "
             f"{list(tensor.dims)} of {dtype_name(tensor.data_type)} needs {expected:,}"
         )
-    size = os.path.getsize(path)
     if offset + length > size:
         raise ExternalDataError(
             f"{where} reads bytes {offset:,}..{offset + length:,} of '{location}', "
