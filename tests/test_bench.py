@@ -13,30 +13,32 @@ from onnx import TensorProto, helper, numpy_helper
 from gsrewrite.cli import main
 
 
-def _model(path: Path, layers: int) -> Path:
+def _model(path: Path, layers: int, width: int = 64) -> Path:
     rng = np.random.default_rng(layers)
     nodes, inits, name = [], [], "x"
     for i in range(layers):
-        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
+        inits.append(numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32) / width,
+                                             f"w{i}"))
         nodes.append(helper.make_node("MatMul", [name, f"w{i}"], [f"h{i}"]))
         name = f"h{i}"
     nodes.append(helper.make_node("Relu", [name], ["y"]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 
 
 def test_bench_times_models_interleaved_and_saves_onnxruntimes_model(tmp_path: Path) -> None:
-    small, large = _model(tmp_path / "a.onnx", 1), _model(tmp_path / "b.onnx", 12)
+    # 1 against 12 MatMuls of 256 x 256 by 256 x 256 (16.8 M MACs each): a difference no timing noise hides
+    small, large = _model(tmp_path / "a.onnx", 1, 256), _model(tmp_path / "b.onnx", 12, 256)
     saved = tmp_path / "ort.onnx"
     done = CliRunner().invoke(main, ["bench", str(small), str(large), "--runs", "5", "--json", "--input-shape",
-                                     "x:32x64", "--save-optimized", str(saved)])
+                                     "x:256x256", "--save-optimized", str(saved)])
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
     assert [m["model"] for m in data["models"]] == [str(small), str(large)]
-    assert data["models"][0]["ratio_min"] == 1.0 and data["models"][1]["ratio_min"] > 1.0  # 12 MatMuls > 1
-    assert data["inputs"] == {"x": [32, 64]} and data["runs"] == 5
+    assert data["models"][0]["ratio_min"] == 1.0 and data["models"][1]["ratio_min"] > 2.0
+    assert data["inputs"] == {"x": [256, 256]} and data["runs"] == 5
     assert onnx.load(saved).graph.node  # onnxruntime wrote its optimized graph
     table = CliRunner().invoke(main, ["bench", str(small), "--runs", "2"])
     assert table.exit_code == 0 and "min ms" in table.output
