@@ -146,3 +146,30 @@ def test_static_int8_calibrates_on_given_inputs(tmp_path: Path) -> None:
     assert any(n.op_type == "QuantizeLinear" for n in result.model.graph.node)
     with pytest.raises(UsageError, match=r"no \.npz file"):
         gsrewrite.compress(_mlp(), "static-int8", calibration=str(tmp_path))
+
+
+def _unnamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    for node in model.graph.node:
+        node.ClearField("name")
+    return model
+
+
+def test_fp16_keeps_a_beyond_range_weight_float32_in_unnamed_nodes_too() -> None:
+    model = _unnamed(_mlp())
+    big = numpy_helper.to_array(model.graph.initializer[0]).copy()
+    big[0, 0] = 1e6
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(big, "w1"))
+    result = gsrewrite.compress(model, "fp16", validate=False)
+    assert {t.name: t.data_type for t in result.model.graph.initializer}["w1"] == F
+    matmul = next(n for n in result.model.graph.node if "w1" in n.input)
+    assert matmul.name == "MatMul_0"  # named for the converter's block list, and so kept float32
+    assert not any(n.name for n in model.graph.node)  # the caller's model is not renamed
+
+
+def test_dynamic_int8_can_leave_out_a_node_that_had_no_name() -> None:
+    model = _unnamed(_mlp())
+    both = gsrewrite.compress(model, "dynamic-int8", validate=False)
+    assert "2 node(s) quantized" in " ".join(both.notes)
+    one = gsrewrite.compress(model, "dynamic-int8", validate=False, exclude=["MatMul_2"])
+    assert "1 node(s) quantized" in " ".join(one.notes)
+    assert any(n.op_type == "MatMul" and n.name == "MatMul_2" for n in one.model.graph.node)

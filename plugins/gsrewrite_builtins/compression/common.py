@@ -51,3 +51,26 @@ def unique_name(model: onnx.ModelProto, base: str) -> str:
         i += 1
         name = f"{cleaned}_{i}"
     return name
+
+
+def named_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` itself when every main-graph node has a name, else a copy whose unnamed nodes are named
+    ``OpType_index`` (made unique): onnxruntime's quantizers and float16 converter exclude nodes by name, so a
+    node without one could not be left out. The names depend only on the model: every run names alike."""
+    if all(node.name for node in model.graph.node):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
+        {n.name for n in graph.node} | {i.name for i in graph.input}
+    for index, node in enumerate(graph.node):
+        if not node.name:
+            base = "".join(c if c.isalnum() or c in "._-/" else "_" for c in f"{node.op_type}_{index}")
+            name, suffix = base, 0
+            while name in taken:
+                suffix += 1
+                name = f"{base}_{suffix}"
+            node.name = name
+            taken.add(name)
+    return copy

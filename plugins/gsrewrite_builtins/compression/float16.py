@@ -25,7 +25,7 @@ from google.protobuf.message import EncodeError
 from onnx import helper, numpy_helper
 
 from gsrewrite.plugin_api import Tolerance, UsageError
-from gsrewrite_builtins.compression.common import Compressed, consumers, initializer_map, unique_name
+from gsrewrite_builtins.compression.common import Compressed, consumers, initializer_map, named_copy, unique_name
 
 FP16_MAX = 65504.0
 #: ops kept float32 besides the converter's list
@@ -49,7 +49,8 @@ class Float16:
 
         keep_io = bool(options.get("keep_io_types", True))
         blocked_nodes = set(options.get("exclude") or ())
-        graph = model.graph
+        source = named_copy(model)  # the converter blocks nodes by name: name them first
+        graph = source.graph
         inits = initializer_map(graph)
         out_of_range: list[str] = []
         for tensor in inits.values():
@@ -61,14 +62,6 @@ class Float16:
         if out_of_range:
             wanted = set(out_of_range)
             blocked_nodes |= {n.name for n in graph.node if wanted & set(n.input)}
-        unnamed = [n for n in graph.node if not n.name]
-        source = model
-        if unnamed:  # the converter blocks nodes by name: name them first
-            source = onnx.ModelProto()
-            source.CopyFrom(model)
-            for i, node in enumerate(source.graph.node):
-                if not node.name:
-                    node.name = unique_name(source, f"{node.op_type}_{i}")
         op_block = [*float16.DEFAULT_OP_BLOCK_LIST, *KEEP_FP32, *(options.get("keep_ops") or ())]
         quiet = logging.getLogger("onnxruntime.transformers.float16")
         level = quiet.level

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.plugin_api import Tolerance, UsageError, load_model, save_model
-from gsrewrite_builtins.compression.common import Compressed
+from gsrewrite_builtins.compression.common import Compressed, named_copy
 
 
 class _QuietAdvice(logging.Filter):
@@ -78,6 +78,7 @@ class DynamicInt8:
         _check(self.name, options, self.options)
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        model = named_copy(model)  # its quantizer excludes nodes by name: bisection needs every node named
         present = {n.op_type for n in model.graph.node}
         op_types = list(options.get("op_types") or [t for t in ("MatMul", "Gemm", "Attention") if t in present])
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
@@ -125,6 +126,7 @@ class StaticInt8:
                 return next(self._items, None)
 
         op_types = list(options.get("op_types") or ["Conv", "MatMul", "Gemm"])
+        model = named_copy(model)  # its quantizer excludes nodes by name
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
