@@ -173,3 +173,21 @@ def test_dynamic_int8_can_leave_out_a_node_that_had_no_name() -> None:
     one = gsrewrite.compress(model, "dynamic-int8", validate=False, exclude=["MatMul_2"])
     assert "1 node(s) quantized" in " ".join(one.notes)
     assert any(n.op_type == "MatMul" and n.name == "MatMul_2" for n in one.model.graph.node)
+
+
+def test_int8_on_conv_weights_at_opset_17_is_per_channel_and_runs() -> None:
+    """--target ort (the default) is blocked for MatMulNBits; a Conv weight gets a DequantizeLinear, which takes
+    blocks only from opset 21: per output channel instead (before, onnxruntime rejected the model)."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                              [helper.make_tensor_value_info("x", F, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    result = gsrewrite.compress(model, "int8")
+    assert result.ok, result.report()
+    dq = next(n for n in result.model.graph.node if n.op_type == "DequantizeLinear")
+    assert {a.name: a.i for a in dq.attribute} == {"axis": 0}
+    assert any("per output channel" in note for note in result.notes)
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": np.ones((1, 16, 8, 8), np.float32)})[0].shape == (1, 32, 8, 8)

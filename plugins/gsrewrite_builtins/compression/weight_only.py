@@ -80,6 +80,9 @@ class WeightOnly:
         notes = [f"{editor.quantized} weight(s) quantized to {self.bits} bits ({granularity}"
                  f"{f' {block_size}' if granularity == 'block' else ''}, "
                  f"{'symmetric' if symmetric else 'asymmetric'}, target {target})"]
+        if editor.per_channel_fallback:
+            notes.append(f"{editor.per_channel_fallback} Conv weight(s) per output channel (DequantizeLinear: "
+                         f"blocked only from opset 21)")
         if editor.skipped:
             notes.append(f"{len(editor.skipped)} left in float: " + "; ".join(editor.skipped[:5])
                          + (" ..." if len(editor.skipped) > 5 else ""))
@@ -96,6 +99,11 @@ class _Editor:
         self.op_types: set[str] = {"MatMul", "Gemm", "Conv"}
         self.quantized_nodes: list[str] = []
         self.skipped: list[str] = []
+        self.per_channel_fallback = 0
+
+    def _opset(self) -> int:
+        opset = next((o for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        return opset.version if opset is not None else 0
 
     def require_opset(self, allow_upgrade: bool) -> None:
         needed = 21 if (self.bits == 4 or self.granularity == "block") else 13
@@ -202,6 +210,11 @@ class _Editor:
     def _dequantized(self, node: onnx.NodeProto, index: int, w: np.ndarray, axis: int) -> list[onnx.NodeProto]:
         """Store the weight quantized; a DequantizeLinear feeds the original input ``index``."""
         granularity = self.granularity
+        if granularity == "block" and self._opset() < 21:
+            # --target ort: MatMulNBits is for MatMul/Gemm; a Conv weight gets a DequantizeLinear, blocked only
+            # from opset 21 (before, onnxruntime rejects the model): per output channel instead
+            granularity = "channel"
+            self.per_channel_fallback += 1
         if granularity == "channel" and node.op_type == "Conv":
             axis = 0
         if granularity == "block":
