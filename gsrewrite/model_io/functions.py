@@ -7,9 +7,11 @@ native code no signal stops, on such a file). Whatever expands functions asks :f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import onnx
+
+from gsrewrite.model_io.graph_walk import iter_nodes, walk_nodes
 
 #: Most nodes a model may have with its local functions expanded (beyond: not expanded, not run).
 MAX_EXPANDED_NODES = 1_000_000
@@ -25,10 +27,10 @@ def expanded_nodes(model: onnx.ModelProto, limit: int = MAX_EXPANDED_NODES) -> i
         if key in active:
             return None
         if key not in sizes:
-            sizes[key] = _count(_nodes(functions[key].node), functions, lambda k: size(k, active | {key}), limit)
+            sizes[key] = _count(walk_nodes(functions[key].node), functions, lambda k: size(k, active | {key}), limit)
         return sizes[key]
 
-    return _count(_graph_nodes(model.graph), functions, lambda k: size(k, frozenset()), limit)
+    return _count(iter_nodes(model), functions, lambda k: size(k, frozenset()), limit)
 
 
 def _count(nodes: Iterable[onnx.NodeProto], functions: dict[tuple[str, str], onnx.FunctionProto],
@@ -43,21 +45,6 @@ def _count(nodes: Iterable[onnx.NodeProto], functions: dict[tuple[str, str], onn
         if total > limit:
             return None
     return total
-
-
-def _nodes(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.NodeProto]:
-    for node in nodes:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graph_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for graph in attr.graphs:
-                    yield from _graph_nodes(graph)
-
-
-def _graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    yield from _nodes(graph.node)
 
 
 def expansion_problem(model: onnx.ModelProto) -> str | None:

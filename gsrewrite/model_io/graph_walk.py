@@ -68,6 +68,14 @@ def iter_nodes(model: ModelProto) -> Iterator[NodeProto]:
         yield from graph.node
 
 
+def walk_nodes(nodes: Iterable[NodeProto]) -> Iterator[NodeProto]:
+    """``nodes`` (a graph's or a function body's), each followed by the nodes of its subgraphs, recursively."""
+    for node in nodes:
+        yield node
+        for _, graph in node_subgraphs(node):
+            yield from walk_nodes(graph.node)
+
+
 def iter_tensors(model: ModelProto) -> Iterator[tuple[TensorProto, str]]:
     """Every tensor stored in the model, with a description naming it.
 

@@ -94,12 +94,11 @@ def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimize
     options.log_severity_level = 4  # a model it cannot load is reported once, by us
     if optimized_path is not None:
         options.optimized_model_filepath = optimized_path
+    weights = None
     if isinstance(model, onnx.ModelProto):
         problem = expansion_problem(model)  # onnxruntime would expand them, in native code, for minutes
         if problem is not None:
             raise ValidationError(f"onnxruntime cannot load the model: {problem}")
-    weights = None
-    if isinstance(model, onnx.ModelProto):
         source: str | bytes | None = serialize(model)
         if source is None:  # over protobuf's 2 GB: the graph alone, the weights as arrays (validation.in_memory)
             weights = in_memory_model(model)

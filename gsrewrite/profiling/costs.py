@@ -33,6 +33,7 @@ from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.graph.symdim import DimValue
+from gsrewrite.model_io.graph_walk import node_subgraphs
 from gsrewrite.model_io.weightless import tensor_values
 from gsrewrite.profiling import subgraphs
 
@@ -276,7 +277,7 @@ class ProfileContext:
         proto = self.node_proto(node)
         if proto is None or self.model is None or self.depth >= subgraphs.MAX_DEPTH:
             return None
-        graph = next((g for name, g in subgraphs.graph_attributes(proto) if name == attribute), None)
+        graph = next((g for name, g in node_subgraphs(proto) if name == attribute), None)
         if graph is None:
             return None
         sub = subgraphs.subgraph_model(graph, self.model, self.shapes, self.constants, formal or [])

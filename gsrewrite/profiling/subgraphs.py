@@ -19,6 +19,7 @@ import onnx
 
 from gsrewrite.graph.symbolic_shapes import SymbolicShapes, value_info
 from gsrewrite.model_io.functions import expanded_nodes
+from gsrewrite.model_io.graph_walk import iter_nodes, node_subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +29,6 @@ MAX_DEPTH = 8
 MAX_INLINED_NODES = 200_000
 
 
-def graph_attributes(node: onnx.NodeProto) -> list[tuple[str, onnx.GraphProto]]:
-    out = []
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            out.append((attr.name, attr.g))
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            out += [(attr.name, g) for g in attr.graphs]
-    return out
-
-
 def outer_names(graph: onnx.GraphProto) -> list[str]:
     """Names ``graph`` (and the graphs nested in it) read without defining them, in first-use order."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
@@ -45,7 +36,7 @@ def outer_names(graph: onnx.GraphProto) -> list[str]:
     seen: dict[str, None] = {}
     for node in graph.node:
         reads = list(node.input)
-        for _, body in graph_attributes(node):
+        for _, body in node_subgraphs(node):
             reads += outer_names(body)
         for name in reads:
             if name and name not in defined:
@@ -99,7 +90,7 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with its local-function calls expanded, or ``model`` itself when it calls none, or when the
     expansion is recursive or too large (see the module docstring)."""
     functions = {(f.domain, f.name): f for f in model.functions}
-    if not functions or not _calls(_all_nodes(model.graph), functions):
+    if not functions or not any((n.domain, n.op_type) in functions for n in iter_nodes(model)):
         return model
     if expanded_nodes(model, MAX_INLINED_NODES) is None:
         log.info("the local functions are recursive or expand past %d nodes: their calls stay unprofiled",
@@ -112,14 +103,3 @@ def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     except Exception as exc:  # onnx's inliner on a model it cannot expand: the calls stay unprofiled
         log.info("local functions not inlined: %s", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return model
-
-
-def _calls(nodes: Iterable[onnx.NodeProto], functions: Mapping[tuple[str, str], onnx.FunctionProto]) -> bool:
-    return any((n.domain, n.op_type) in functions for n in nodes)
-
-
-def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for _, body in graph_attributes(node):
-            yield from _all_nodes(body)

@@ -2,8 +2,10 @@
 
 onnxruntime parses a serialized model and copies every initializer out of the buffer (BERT-base, 255 MB: ~0.2 s
 of session creation, on top of ~0.15 s to serialize). Instead the graph is serialized with its large
-initializers marked as external data, and the weights are given to the session as arrays over the proto's own
-bytes (``SessionOptions.add_external_initializers``): onnxruntime uses them in place. The result is the same
+initializers marked as external data, and the weights are given to the session as arrays
+(``SessionOptions.add_external_initializers``): views of the model's serialized bytes when the caller has them,
+else one copy of each payload. onnxruntime 1.32 copies them into its own buffers at session creation, but its
+API documents them as used in place, so they are kept alive as long as the session. The result is the same
 model; only the way its bytes reach onnxruntime differs.
 """
 
@@ -43,8 +45,7 @@ class InMemoryModel:
     values: list[Any] = field(default_factory=list, repr=False)
 
     def add_to(self, options: Any) -> None:
-        """Register the arrays with onnxruntime ``SessionOptions``; they are used in place, so this object must
-        outlive the session."""
+        """Register the arrays with onnxruntime ``SessionOptions``; this object must outlive the session."""
         import onnxruntime as ort
 
         self.values = [ort.OrtValue.ortvalue_from_numpy(array) for array in self.arrays]

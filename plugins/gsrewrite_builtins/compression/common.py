@@ -42,9 +42,15 @@ def consumers(graph: onnx.GraphProto) -> dict[str, int]:
 
 
 def unique_name(model: onnx.ModelProto, base: str) -> str:
-    graph = model.graph
-    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
+    return _unique(base, _taken(model.graph))
+
+
+def _taken(graph: onnx.GraphProto) -> set[str]:
+    return {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
         {n.name for n in graph.node} | {i.name for i in graph.input}
+
+
+def _unique(base: str, taken: set[str]) -> str:
     cleaned = "".join(c if c.isalnum() or c in "._-/" else "_" for c in base)
     name, i = cleaned, 0
     while name in taken:
@@ -61,16 +67,9 @@ def named_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    graph = copy.graph
-    taken = {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output} | \
-        {n.name for n in graph.node} | {i.name for i in graph.input}
-    for index, node in enumerate(graph.node):
+    taken = _taken(copy.graph)
+    for index, node in enumerate(copy.graph.node):
         if not node.name:
-            base = "".join(c if c.isalnum() or c in "._-/" else "_" for c in f"{node.op_type}_{index}")
-            name, suffix = base, 0
-            while name in taken:
-                suffix += 1
-                name = f"{base}_{suffix}"
-            node.name = name
-            taken.add(name)
+            node.name = _unique(f"{node.op_type}_{index}", taken)
+            taken.add(node.name)
     return copy

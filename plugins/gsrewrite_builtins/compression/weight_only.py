@@ -107,8 +107,7 @@ class _Editor:
 
     def require_opset(self, allow_upgrade: bool) -> None:
         needed = 21 if (self.bits == 4 or self.granularity == "block") else 13
-        opset = next((o for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
-        version = opset.version if opset is not None else 0
+        version = self._opset()
         if version >= needed:
             return
         if not allow_upgrade:
