@@ -56,6 +56,13 @@ CASES = {
                               helper.make_node("GatherElements", ["x", "q64"], ["y"], axis=1),
                               helper.make_node("Cast", ["q"], ["q64"], to=I64)],
                              [c("st", [0]), c("en", [2]), c("ax", [1])]),
+    "gather_nd": model([helper.make_node("GatherND", ["x", "i"], ["y"])], [c("i", [[[0, 5]], [[0, 1]]])]),
+    "gather_nd_batch_dims": model([
+        helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "z", "one"], ["n"]),
+        helper.make_node("Concat", ["n", "rest"], ["is"], axis=0),
+        helper.make_node("ConstantOfShape", ["is"], ["i"], value=helper.make_tensor("v", I64, [1], [0])),
+        helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+        [c("z", [0]), c("one", [1]), c("rest", [3, 2])]),
     "reduce_axes_input": model([helper.make_node("ReduceSum", ["x", "a"], ["y"], keepdims=0)], [c("a", [-1, 1])]),
     "reduce_all": model([helper.make_node("ReduceMax", ["x"], ["y"], keepdims=1)]),
     "squeeze_unsqueeze": model([helper.make_node("Unsqueeze", ["x", "a"], ["u"]),

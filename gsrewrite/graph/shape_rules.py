@@ -729,6 +729,19 @@ def _gather(view: NodeView) -> list[Info | None]:
     return [out]
 
 
+@rule("GatherND")
+def _gather_nd(view: NodeView) -> list[Info | None]:
+    """indices[..., :k] pick slices of data after its ``batch_dims`` leading dims: the output is
+    indices.shape[:-1] + data.shape[batch_dims + k:] (k = the last dim of indices, which must be static)."""
+    data, indices = view.shape(0), view.shape(1)
+    if data is None or indices is None or not indices:
+        return [None]
+    depth, batch = indices[-1], int(view.attrs.get("batch_dims", 0))
+    if not isinstance(depth, int) or batch < 0 or batch + depth > len(data) or batch >= len(indices):
+        return [None]
+    return [Info(view.dtype(0), [*indices[:-1], *data[batch + depth:]])]
+
+
 @rule("GatherElements")
 def _gather_elements(view: NodeView) -> list[Info | None]:
     return [Info(view.dtype(0), view.shape(1))]
