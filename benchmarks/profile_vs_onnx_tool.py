@@ -2,8 +2,8 @@
 
     .venv/bin/python benchmarks/profile_vs_onnx_tool.py MODEL.onnx... [--batch 2 --seq 16] > results/profile.md
 
-Both tools get the same concrete input sizes (onnx-tool needs them). Wall time: min of 3 runs each, interleaved,
-in this process (loading included for both). Also checks that optimize's output has the same total.
+Both tools get the same concrete input sizes (onnx-tool needs them). Wall time: min of --runs (7) runs each,
+interleaved, in this process (loading included for both). Also checks that optimize's output has the same total.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("models", nargs="+")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=16)
+    parser.add_argument("--runs", type=int, default=7, help="interleaved runs per tool (the min is kept)")
     args = parser.parse_args()
     print("| model | gsrewrite MACs | onnx-tool MACs | ratio | gsrewrite s | onnx-tool s | time ratio | "
           "arena / lower bound | onnx-tool arena | optimize total / original |")
@@ -77,7 +78,7 @@ def main() -> None:
         ours_t, theirs_t = [], []
         ours = theirs = arena = None
         status = "ok"
-        for _ in range(3):
+        for _ in range(args.runs):
             start = time.perf_counter()
             ours = gsrewrite.profile(path, given)
             ours_t.append(time.perf_counter() - start)

@@ -14,9 +14,9 @@ pluggy's ``firstresult`` order: the plugin registered last is asked first, and t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from gsrewrite.errors import PluginError
 from gsrewrite.plugin_manager import get_plugin_manager, one_line_error, plugin_label
@@ -53,6 +53,25 @@ def infer_shape(node: gs.Node, ctx: Any) -> Sequence[TensorType] | None:
 def profile_op(node: gs.Node, ctx: Any) -> OpCost | None:
     """Cost of ``node`` from the first plugin that knows its op, else ``None``."""
     return _first_result("gsrewrite_profile_op", node, ctx)
+
+
+def op_profiler() -> Callable[[gs.Node, Any], OpCost | None]:
+    """:func:`profile_op` with the implementations looked up once: for a walk over many nodes (the plugins
+    registered during the walk are not asked)."""
+    impls = _dispatch_order("gsrewrite_profile_op")
+
+    def first_answer(node: gs.Node, ctx: Any) -> OpCost | None:
+        kwargs = {"node": node, "context": ctx}
+        for impl in impls:
+            result = _call(impl, "gsrewrite_profile_op", kwargs)
+            if result is not None:
+                return result  # type: ignore[no-any-return]
+        return None
+
+    return first_answer
+
+
+_NODE_CONTEXT = ("node", "context")
 
 
 def collect_cli_commands(reserved: Iterable[str] = (), disabled: Iterable[str] = ()) -> dict[str, click.Command]:
@@ -128,11 +147,16 @@ def _first_result(hook_name: str, node: gs.Node, ctx: Any) -> Any:
 
 def _call(impl: HookImpl, hook_name: str, kwargs: dict[str, Any]) -> Any:
     try:
+        if impl.argnames == _NODE_CONTEXT:  # the dispatch hooks, called once per node: no generic unpacking
+            return impl.function(kwargs["node"], kwargs["context"])
         return impl.function(*(kwargs[name] for name in impl.argnames))
     except Exception as exc:
-        where = hook_name
-        node = kwargs.get("node")
-        if node is not None:
-            where += f" for node {getattr(node, 'name', '?')!r} ({getattr(node, 'op', '?')})"
-        label = plugin_label(impl.plugin_name)
-        raise PluginError(f"{label} failed in {where}: {one_line_error(exc)}") from exc
+        _raise_failed(impl, hook_name, kwargs.get("node"), exc)
+
+
+def _raise_failed(impl: HookImpl, hook_name: str, node: Any, exc: Exception) -> NoReturn:
+    where = hook_name
+    if node is not None:
+        where += f" for node {getattr(node, 'name', '?')!r} ({getattr(node, 'op', '?')})"
+    label = plugin_label(impl.plugin_name)
+    raise PluginError(f"{label} failed in {where}: {one_line_error(exc)}") from exc

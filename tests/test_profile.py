@@ -106,6 +106,42 @@ def test_sparsity_counts_zero_elements_and_zero_blocks() -> None:
     assert profile.weights.sparsity == pytest.approx(5 / 32) and profile.weights.block_sparsity == pytest.approx(1 / 8)
 
 
+@pytest.mark.parametrize("where", ["inline", "external", "weightless"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
+def test_sparsity_of_weights_larger_than_a_read_chunk(tmp_path: Path, where: str, dtype) -> None:
+    """Weights of several read chunks (with -0.0, zero blocks across chunk boundaries and an odd row length where
+    blocks do not apply) count the zeros and zero blocks numpy counts, wherever the bytes are."""
+    rng = np.random.default_rng(0)
+    big = (rng.standard_normal((700, 1024)) * 3).astype(dtype)
+    big[rng.random(big.shape) < 0.3] = 0
+    big[5, 8:400] = 0  # zero blocks
+    if big.dtype.kind == "f":
+        big[6, :4] = -0.0  # a zero block of negative zeros
+    odd = (rng.standard_normal((300, 1023)) * 3).astype(dtype)  # 1023 per row: no blocks
+    odd[rng.random(odd.shape) < 0.5] = 0
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["y"]), helper.make_node("MatMul", ["b", "v"], ["z"])]
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", elem, [2, 700]),
+                                           helper.make_tensor_value_info("b", elem, [2, 300])],
+                              [helper.make_tensor_value_info(n, elem, None) for n in ("y", "z")],
+                              [numpy_helper.from_array(big, "w"), numpy_helper.from_array(odd, "v")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "m.onnx"
+    if where == "inline":
+        profile = profile_model(model)
+    else:
+        onnx.save(model, str(path), save_as_external_data=where == "external", location="m.data",
+                  size_threshold=1024)
+        profile = gsrewrite.profile(str(path))
+    zeros = int((big == 0).sum() + (odd == 0).sum())
+    blocks = big.size // 4
+    zero_blocks = int((big.reshape(-1, 4) == 0).all(axis=1).sum())
+    assert profile.weights.sparsity == pytest.approx(zeros / (big.size + odd.size))
+    assert profile.weights.block_sparsity == pytest.approx(zero_blocks / blocks)
+    by_node = {n.name or n.op_type + str(i): n for i, n in enumerate(profile.nodes)}
+    assert len(by_node) == 2
+
+
 def test_memory_plan_reuses_and_stays_above_its_lower_bound() -> None:
     """A chain x -> Exp -> Reshape (a view) -> Mul -> Sqrt -> Relu -> y."""
     nodes = [helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Reshape", ["a", "shape"], ["b"]),

@@ -16,6 +16,7 @@ import functools
 import mmap
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from onnx import ModelProto, TensorProto, helper
@@ -183,9 +184,10 @@ def _real(path: str) -> str:
     return os.path.realpath(path)
 
 
-def tensor_values(tensor: TensorProto, base_dir: str) -> np.ndarray | None:
-    """The values of an external (or weightless-loaded) tensor, memory-mapped read-only from its file; None when
-    its entries are not a plain location/offset/length or its type has no numpy dtype."""
+def external_range(tensor: TensorProto, base_dir: str) -> tuple[str, int, int, np.dtype[Any]] | None:
+    """(real path, offset, length, dtype) of an external (or weightless-loaded) tensor's bytes; None when its
+    entries are not a plain location/offset/length or its type has no numpy dtype. A location outside
+    ``base_dir`` raises InvalidModelError."""
     entries = {e.key: e.value for e in tensor.external_data}
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
@@ -196,6 +198,16 @@ def tensor_values(tensor: TensorProto, base_dir: str) -> np.ndarray | None:
     root = _real(base_dir)
     if os.path.commonpath([root, path]) != root:
         raise InvalidModelError(f"tensor {tensor.name!r}: external data outside the model folder")
+    return path, offset, length, dtype
+
+
+def tensor_values(tensor: TensorProto, base_dir: str) -> np.ndarray | None:
+    """The values of an external (or weightless-loaded) tensor, memory-mapped read-only from its file; None when
+    its entries are not a plain location/offset/length or its type has no numpy dtype."""
+    found = external_range(tensor, base_dir)
+    if found is None:
+        return None
+    path, offset, length, dtype = found
     count = length // dtype.itemsize if dtype.itemsize else 0
     if count == 0:
         return np.zeros(0, dtype)

@@ -15,10 +15,12 @@ expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind`
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +36,7 @@ from gsrewrite.graph import symdim
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.graph.symdim import DimValue
 from gsrewrite.model_io.graph_walk import node_subgraphs
-from gsrewrite.model_io.weightless import tensor_values
+from gsrewrite.model_io.weightless import external_range
 from gsrewrite.profiling import subgraphs
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ if _FLOAT4 is not None:
 Count = DimValue | None
 
 
+@functools.lru_cache(maxsize=64)
 def item_bits(elem_type: int) -> int:
     if elem_type in _SUB_BYTE_BITS:
         return _SUB_BYTE_BITS[elem_type]
@@ -330,7 +333,8 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
                                  model, constants, depth)
         tensors: dict[str, gs.Tensor] = {}
         walked = [node for node in graph.node if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
-        nodes = [_node_cost(node, shapes, constants, context, tensors) for node in walked]
+        profiler = plugin_hooks.op_profiler()
+        nodes = [_node_cost(node, shapes, constants, context, tensors, profiler) for node in walked]
         # the sparsity last: the scans ran beside the walk, which never waits for them
         for node, cost in zip(walked, nodes, strict=True):
             for name in node.input:
@@ -361,6 +365,7 @@ class _SparsityJobs:
 
     def __init__(self, base_dir: str | None) -> None:
         self._base_dir = base_dir
+        self._files = _OpenFiles()
         self._jobs: dict[str, Future[WeightStats | None]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
@@ -373,40 +378,41 @@ class _SparsityJobs:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                                 thread_name_prefix="gsrewrite-sparsity")
-            self._jobs[name] = self._pool.submit(_weight_stats, tensor, self._base_dir)
+            self._jobs[name] = self._pool.submit(_weight_stats, tensor, self._base_dir, self._files)
 
     def result(self, name: str, tensor: onnx.TensorProto) -> WeightStats | None:
         job = self._jobs.get(name)
-        return job.result() if job is not None else _weight_stats(tensor, self._base_dir)
+        return job.result() if job is not None else _weight_stats(tensor, self._base_dir, self._files)
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        self._files.close()
 
 
 def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto],
-               context: ProfileContext,
-               tensors: dict[str, gs.Tensor]) -> NodeCost:
+               context: ProfileContext, tensors: dict[str, gs.Tensor],
+               profiler: Callable[[gs.Node, Any], Any]) -> NodeCost:
     inputs: list[gs.Tensor] = []
     params = weight_bytes = 0
     weights: WeightStats | None = None
     for name in node.input:
         if not name:
-            inputs.append(gs.Variable.empty())
+            inputs.append(_light_variable("", None, None))
         elif name in constants:
             tensor = constants[name]
             if name not in tensors:
-                tensors[name] = gs.Constant(name, LazyValues(tensor))
+                tensors[name] = _light_constant(name, tensor)
             inputs.append(tensors[name])
             elements = math.prod(tensor.dims)
             params += elements
             weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
         else:
             inputs.append(_variable(name, shapes, tensors))
-    outputs = [_variable(name, shapes, tensors) if name else gs.Variable.empty() for name in node.output]
+    outputs = [_variable(name, shapes, tensors) if name else _light_variable("", None, None) for name in node.output]
     gs_node = _light_node(node, inputs, outputs)
     try:
-        answer = plugin_hooks.profile_op(gs_node, context)
+        answer = profiler(gs_node, context)
     except Exception as exc:  # an expression past its bounds (hostile shape arithmetic): unknown, not an error
         if not isinstance(exc.__cause__ or exc.__context__, symdim.ExpressionTooLarge) and \
                 not isinstance(exc, symdim.ExpressionTooLarge):
@@ -419,7 +425,8 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
     for name in node.output:
         if not name:
             continue
-        shape, bits = shapes.shape(name), item_bits(shapes.dtype(name))
+        info = shapes.tensors.get(name)
+        shape, bits = (None, 0) if info is None else (info.shape, item_bits(info.dtype))
         try:
             size = None if shape is None or not bits else _product(shape)
             activation = None if size is None or activation is None else \
@@ -441,24 +448,59 @@ def _product(shape: list[Any]) -> Count:
 
 def _light_node(node: onnx.NodeProto, inputs: list[gs.Tensor], outputs: list[gs.Tensor]) -> gs.Node:
     """A graphsurgeon node as profilers read it (op, name, domain, attrs, inputs, outputs), without the
-    producer/consumer links a graph needs (building those was most of the profile's time)."""
+    producer/consumer links a graph needs (building those was most of the profile's time). The fields are
+    set directly: graphsurgeon's ``__setattr__`` (which syncs those links) costs more than the profiler."""
     view = gs.Node.__new__(gs.Node)
-    view.op, view.name, view.domain = node.op_type, node.name, node.domain or None
-    view.attrs = {a.name: _attr(a) for a in node.attribute}
-    view.inputs, view.outputs = inputs, outputs  # type: ignore[assignment]
+    view.__dict__.update(op=node.op_type, name=node.name, domain=node.domain or None,
+                         attrs={a.name: _attr(a) for a in node.attribute} if node.attribute else {},
+                         inputs=inputs, outputs=outputs)
     return view
 
 
 def _variable(name: str, shapes: SymbolicShapes, cache: dict[str, gs.Tensor]) -> gs.Tensor:
-    if name in cache:
-        return cache[name]
-    dtype_code = shapes.dtype(name)
+    found = cache.get(name)
+    if found is not None:
+        return found
+    info = shapes.tensors.get(name)
+    dtype_code = info.dtype if info is not None else 0
     try:
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype_code) if dtype_code else None
+        dtype = _NP_DTYPES.get(dtype_code) or (onnx.helper.tensor_dtype_to_np_dtype(dtype_code) if dtype_code
+                                               else None)
     except (KeyError, TypeError, ValueError):
         dtype = None
-    cache[name] = gs.Variable(name, dtype=dtype, shape=shapes.shape(name))
-    return cache[name]
+    variable = cache[name] = _light_variable(name, dtype, shapes.shape(name))
+    return variable
+
+
+def _light_constant(name: str, tensor: onnx.TensorProto) -> gs.Constant:
+    """``gs.Constant(name, LazyValues(tensor))`` with the fields their ``__init__`` set, without the links (and
+    the per-call import ``LazyValues.__init__`` does)."""
+    dtype, itemsize = _lazy_type(tensor.data_type)
+    lazy = LazyValues.__new__(LazyValues)
+    lazy.__dict__.update(tensor=tensor, shape=tensor.dims, dtype=dtype, nbytes=math.prod(tensor.dims) * itemsize)
+    constant = gs.Constant.__new__(gs.Constant)
+    constant.__dict__.update(name=name, inputs=[], outputs=[], _values=lazy, data_location=None,
+                             _export_dtype=None)
+    return constant
+
+
+@functools.lru_cache(maxsize=64)
+def _lazy_type(data_type: int) -> tuple[Any, int]:
+    """(dtype, itemsize) as ``LazyValues`` computes them for a tensor of ``data_type``."""
+    probe = LazyValues(onnx.TensorProto(data_type=data_type, dims=[1]))
+    return probe.dtype, int(probe.nbytes)
+
+
+def _light_variable(name: str, dtype: Any, shape: list[Any] | None) -> gs.Variable:
+    """A ``gs.Variable`` with the fields its ``__init__`` sets, without the producer/consumer links."""
+    variable = gs.Variable.__new__(gs.Variable)
+    variable.__dict__.update(name=name, inputs=[], outputs=[], dtype=dtype, type="tensor_type", shape=shape)
+    return variable
+
+
+_NP_DTYPES: dict[int, Any] = {code: onnx.helper.tensor_dtype_to_np_dtype(code) for code in (
+    onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT64,
+    onnx.TensorProto.INT32, onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL)}
 
 
 def _attr(attr: onnx.AttributeProto) -> Any:
@@ -470,32 +512,105 @@ def _attr(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None) -> WeightStats | None:
+def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None,
+                  files: _OpenFiles | None = None) -> WeightStats | None:
     elements = math.prod(tensor.dims)
     if elements < SPARSITY_MIN_ELEMENTS:
         return None
+    last = tensor.dims[-1] if tensor.dims else 1
     try:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             if base_dir is None:
                 return None
-            values = tensor_values(tensor, base_dir)
-            if values is None or values.size != elements:
+            found = external_range(tensor, base_dir)
+            if found is None:
                 return None
-            array = values.reshape(tuple(tensor.dims))
-        else:
-            array = numpy_helper.to_array(tensor)
+            path, offset, length, dtype = found
+            if not _countable(dtype) or length != elements * dtype.itemsize:
+                return None
+            return _zero_stats(_file_chunks(path, offset, length, dtype, files), elements, last)
+        array = numpy_helper.to_array(tensor)
     except Exception:  # an unreadable or exotic type: no sparsity, not an error
         return None
-    if array.dtype.kind not in "fiub" and array.dtype.itemsize not in (1, 2):
+    if not _countable(array.dtype):
         return None
     flat = array.reshape(-1)
-    zero = flat == 0  # (faster than count_nonzero on floats)
-    zeros = int(np.count_nonzero(zero))
-    last = array.shape[-1] if array.ndim else 1
-    if zeros == 0:  # dense (most weights): no zero block either
-        return WeightStats(elements, 0, int(flat.size) // BLOCK if last % BLOCK == 0 else 0, 0)
-    if last % BLOCK == 0 and array.size:
-        # four booleans are four bytes: a block is all zero when they read as 0x01010101 (one pass, no copy)
-        blocks = np.ascontiguousarray(zero).view(np.uint32)
-        return WeightStats(elements, zeros, int(blocks.size), int(np.count_nonzero(blocks == 0x01010101)))
-    return WeightStats(elements, zeros, 0, 0)
+    return _zero_stats((flat[i:i + _CHUNK_ELEMENTS] for i in range(0, flat.size, _CHUNK_ELEMENTS)), elements, last)
+
+
+#: the scan reads a weight this many bytes at a time into a buffer it reuses (a multiple of every item size and
+#: of BLOCK items): the file's pages are copied, never mapped (faulting in a mapping of 170 MB of weights cost
+#: as much as scanning them), and the temporaries stay in cache
+_CHUNK_BYTES = 1 << 19
+_CHUNK_ELEMENTS = _CHUNK_BYTES // 8
+
+
+def _countable(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind in "fiub" or dtype.itemsize in (1, 2)
+
+
+class _OpenFiles:
+    """Weight files open for reading (``os.pread`` is safe from several threads on one descriptor)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def fd(self, path: str) -> int:
+        with self._lock:
+            if path not in self._fds:
+                self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            return self._fds[path]
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+_LOCAL = threading.local()
+
+
+def _buffers() -> tuple[bytearray, np.ndarray]:
+    """This thread's read buffer and boolean buffer (one item per byte of a chunk: enough for any dtype)."""
+    found = getattr(_LOCAL, "buffers", None)
+    if found is None:
+        found = _LOCAL.buffers = (bytearray(_CHUNK_BYTES), np.empty(_CHUNK_BYTES, dtype=bool))
+    return found  # type: ignore[no-any-return]
+
+
+def _file_chunks(path: str, offset: int, length: int, dtype: np.dtype[Any],
+                 files: _OpenFiles | None) -> Iterator[np.ndarray]:
+    """The tensor's values, a chunk at a time (each chunk valid until the next is read)."""
+    own = files is None
+    files = files or _OpenFiles()
+    try:
+        fd, (raw, _) = files.fd(path), _buffers()
+        view = memoryview(raw)
+        done = 0
+        while done < length:
+            size = min(_CHUNK_BYTES, length - done)
+            if os.preadv(fd, [view[:size]], offset + done) != size:
+                raise ValueError("the weight file is shorter than its tensors say")
+            yield np.frombuffer(raw, dtype=dtype, count=size // dtype.itemsize)
+            done += size
+    finally:
+        if own:
+            files.close()
+
+
+def _zero_stats(chunks: Iterable[np.ndarray], elements: int, last: int) -> WeightStats:
+    """Zeros and all-zero blocks of BLOCK consecutive items (when rows split into blocks) over the chunks."""
+    blocked = last % BLOCK == 0
+    zeros = zero_blocks = 0
+    own = _buffers()[1]
+    for chunk in chunks:
+        zero = own[:chunk.size]
+        np.equal(chunk, 0, out=zero)
+        found = int(np.count_nonzero(zero))
+        if found and blocked:
+            # four booleans are four bytes: a block is all zero when they read as 0x01010101
+            zero_blocks += int(np.count_nonzero(zero.view(np.uint32) == 0x01010101))
+        zeros += found
+    return WeightStats(elements, zeros, elements // BLOCK if blocked else 0, zero_blocks)
