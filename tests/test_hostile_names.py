@@ -97,3 +97,48 @@ def test_binary_string_attribute_survives_import():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     out = to_model(import_onnx(model), model)
     assert onnx.helper.get_attribute_value(out.graph.node[0].attribute[0]) == b"\x00\xff\xfe binary"
+
+
+def _deep_model() -> bytes:
+    """Strings in the places the fast checks read: a value info's dim_param, node metadata, a function body's
+    node, an attribute's ref_attr_name, an external-data entry."""
+    vi = helper.make_tensor_value_info("TENSORmid", TensorProto.FLOAT, ["DIMparam"])
+    node = helper.make_node("Relu", ["x"], ["TENSORmid"], name="n0")
+    helper.set_metadata_props(node, {"METAkey": "METAvalue"})
+    call = helper.make_node("F", ["TENSORmid"], ["y"], domain="local")
+    body = helper.make_node("Relu", ["a"], ["b"], name="FUNCnode")
+    body.attribute.append(onnx.AttributeProto(name="alpha", ref_attr_name="REFattr", type=onnx.AttributeProto.FLOAT))
+    function = helper.make_function("local", "F", ["a"], ["b"], [body],
+                                    [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([node, call], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], value_info=[vi])
+    weight = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    weight.data_location = TensorProto.EXTERNAL
+    weight.external_data.add(key="location", value="EXTERNALfile")
+    graph.initializer.append(weight)
+    model = helper.make_model(graph, functions=[function],
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    return model.SerializeToString()
+
+
+DEEP = {b"DIMparam": "graph.value_info[0].type.tensor_type.shape.dim[0].dim_param",
+        b"METAkey": "graph.node[0].metadata_props[0].key", b"METAvalue": "graph.node[0].metadata_props[0].value",
+        b"FUNCnode": "functions[0].node[0].name", b"REFattr": "functions[0].node[0].attribute[0].ref_attr_name",
+        b"EXTERNALfile": "graph.initializer[0].external_data[0].value"}
+
+
+@pytest.mark.parametrize(("marker", "field"), DEEP.items(), ids=[m.decode() for m in DEEP])
+def test_strings_deep_in_the_model_are_checked_with_their_field_named(marker, field):
+    from gsrewrite.model_io.structure import _proto3_model, check_text
+
+    data = _deep_model()
+    assert marker in data
+    bad = data.replace(marker, marker[:2] + b"\xff\xfe" + marker[4:])
+    model = onnx.ModelProto.FromString(bad)
+    assert _proto3_model() is not None  # the one-parse check is there (it is what a load uses)
+    for serialized in (bad, None):  # the proto3 parse, then the field walk alone: the same message
+        with pytest.raises(InvalidModelError, match="not valid UTF-8") as caught:
+            check_text(model, serialized)
+        assert f"model field {field} is not valid UTF-8" in str(caught.value)
+    check_text(onnx.ModelProto.FromString(data), data)  # the clean model passes both ways
+    check_text(onnx.ModelProto.FromString(data))

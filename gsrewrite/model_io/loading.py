@@ -77,7 +77,7 @@ def _checked_model(
     model = parse_model(data, name)
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes
     with _named_after(name):
-        check_text(model)
+        check_text(model, data)
         check_tensors(model, max_tensor_bytes=cap)
         refs = external_refs(model, base_dir, cap)
         if load_external_data:

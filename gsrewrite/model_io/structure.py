@@ -8,10 +8,12 @@ offending graph, node and tensor.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
 from onnx import (
     FunctionProto,
@@ -110,12 +112,66 @@ _LISTS = {"node": "node", "initializer": "initializer", "input": "graph input", 
           "value_info": "value_info entry"}
 
 
-def check_text(model: ModelProto) -> None:
+#: serialized models up to this size are checked by one parse as proto3 (see :func:`check_text`)
+UTF8_PARSE_LIMIT = 64 << 20
+
+
+def check_text(model: ModelProto, serialized: bytes | None = None) -> None:
     """Raise InvalidModelError naming the first string field (a node, tensor or graph name, ...) that is not
-    valid UTF-8. Python protobuf parses such fields as ``bytes``; they could not be written back."""
+    valid UTF-8. Python protobuf parses such fields as ``bytes``; they could not be written back.
+
+    With the model's ``serialized`` bytes (up to :data:`UTF8_PARSE_LIMIT`), they are parsed once as the same
+    messages declared proto3, whose parser rejects a string field that is not UTF-8: a valid model is then
+    checked without reading its fields from Python (~0.2 ms instead of ~10 ms for a 400-node graph); a
+    rejected one is walked to name the field."""
+    if serialized is not None and len(serialized) <= UTF8_PARSE_LIMIT and _strings_valid(serialized):
+        return
     found = _first_invalid(model, ())
     if found is not None:
         raise InvalidModelError(_describe(*found))
+
+
+def _strings_valid(serialized: bytes) -> bool:
+    """Whether every string field of the serialized ModelProto is UTF-8 (False also when this cannot tell)."""
+    checker = _proto3_model()
+    if checker is None:
+        return False
+    try:
+        checker.FromString(serialized)
+    except Exception:  # bad UTF-8 (or anything else the proto3 parser refuses): the walk decides
+        return False
+    return True
+
+
+@functools.cache
+def _proto3_model() -> Any:
+    """onnx's ModelProto (and every message it holds) declared proto3 in a pool of its own: upb validates the
+    UTF-8 of proto3 string fields while parsing, in C. None when onnx's descriptors cannot be restated so."""
+    try:
+        proto = descriptor_pb2.FileDescriptorProto()
+        ModelProto.DESCRIPTOR.file.CopyToProto(proto)
+        if proto.dependency or proto.HasField("edition"):
+            return None
+        old, new = f".{proto.package}.", ".gsrewrite_utf8_check."
+        proto.name, proto.package, proto.syntax = "gsrewrite_utf8_check/onnx.proto", new.strip("."), "proto3"
+
+        def restate(messages: Any) -> None:
+            for message in messages:
+                message.ClearField("extension_range")
+                for f in message.field:
+                    f.ClearField("default_value")
+                    if f.label == f.LABEL_REQUIRED:
+                        f.label = f.LABEL_OPTIONAL
+                    if f.type_name.startswith(old):
+                        f.type_name = new + f.type_name[len(old):]
+                restate(message.nested_type)
+
+        restate(proto.message_type)
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(proto)
+        return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{new.strip('.')}.ModelProto"))
+    except Exception:  # a descriptor proto3 cannot state: the walk checks every model
+        return None
 
 
 def _first_invalid(message: Any, path: Path) -> tuple[Path, bytes] | None:

@@ -311,7 +311,7 @@ class ProfileContext:
 def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
                   shapes: SymbolicShapes | None = None, base_dir: str | None = None, depth: int = 0) -> Profile:
     """The cost of every main-graph node of ``model`` (see the module docstring). ``base_dir``: the model's
-    folder, where external (or weightless-loaded) tensors are read from for their sparsity (memory-mapped);
+    folder, where external (or weightless-loaded) tensors are read from for their sparsity (in chunks);
     without it their sparsity is not computed. Local functions are inlined first (their nodes are profiled);
     ``If``/``Loop``/``Scan`` bodies are profiled by the control-flow profiler (``depth``: how deep in them)."""
     if shapes is None:
