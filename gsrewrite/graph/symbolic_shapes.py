@@ -257,29 +257,32 @@ class _Walk:
                 self.baseline[value_info.name] = self._type_info(value_info, value_info.name)
 
     def _visit(self, node: onnx.NodeProto) -> None:
-        domain = "" if node.domain == "ai.onnx" else node.domain
-        attrs = {a.name: _attr_value(a) for a in node.attribute}
-        if node.op_type == "Constant" and domain == "":
+        op, domain = node.op_type, node.domain
+        domain = "" if domain == "ai.onnx" else domain
+        attrs = {a.name: _attr_value(a) for a in node.attribute} if len(node.attribute) else {}
+        output_names = list(node.output)
+        if op == "Constant" and domain == "":
             self._constant_node(node, attrs)
             return
-        inputs = [self.tensors.get(name) if name else None for name in node.input]
-        outputs: list[Info | None] = [None] * len(node.output)
+        tensors = self.tensors
+        inputs = [tensors.get(name) if name else None for name in node.input]
+        outputs: list[Info | None] = [None] * len(output_names)
         try:
-            if domain == "" and node.op_type in RULES:
-                view = NodeView(node.op_type, inputs, attrs, self.opsets.get("", 0), len(node.output),
-                                self.fresh)
-                outputs = list(RULES[node.op_type](view)) + [None] * len(node.output)
+            if domain == "" and op in RULES:
+                view = NodeView(op, inputs, attrs, self.opsets.get("", 0), len(output_names), self.fresh)
+                outputs = list(RULES[op](view)) + outputs
             elif domain not in STANDARD_DOMAINS:
-                outputs = self._ask_handlers(node, inputs, attrs) + [None] * len(node.output)
+                outputs = self._ask_handlers(node, inputs, attrs) + outputs
         except Exception as exc:  # a rule meeting a shape it did not expect: unknown, not an error
-            log.debug("shape rule for %s (%s) failed: %s", node.name, node.op_type, exc)
-        for name, info in zip(node.output, outputs, strict=False):
+            log.debug("shape rule for %s (%s) failed: %s", node.name, op, exc)
+        baseline = self.baseline
+        for name, info in zip(output_names, outputs, strict=False):
             if not name:
                 continue
-            merged = self._merge(info, self.baseline.get(name))
+            merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
             if info is None or info.shape is None:
-                self.fallback_ops[node.op_type] = self.fallback_ops.get(node.op_type, 0) + 1
-            self.tensors[name] = merged
+                self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
+            tensors[name] = merged
 
     def _merge(self, mine: Info | None, onnx_info: Info | None) -> Info:
         if mine is None:
@@ -384,14 +387,17 @@ def _attr_value(attr: onnx.AttributeProto) -> Any:
 
 def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The nodes in an order where every producer comes first (ONNX requires it; hostile models may not)."""
+    nodes = list(graph.node)
     produced_by: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
+    for i, node in enumerate(nodes):
         for name in node.output:
             if name:
                 produced_by.setdefault(name, i)
+    if all(produced_by.get(name, -1) < i for i, node in enumerate(nodes) for name in node.input):
+        return nodes  # already in order (every exporter's output): the walk below would keep it
     order: list[onnx.NodeProto] = []
-    state = [0] * len(graph.node)  # 0 new, 1 in progress, 2 done
-    for root in range(len(graph.node)):
+    state = [0] * len(nodes)  # 0 new, 1 in progress, 2 done
+    for root in range(len(nodes)):
         if state[root]:
             continue
         stack = [(root, False)]
@@ -399,13 +405,13 @@ def _topological(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
             index, expanded = stack.pop()
             if expanded:
                 state[index] = 2
-                order.append(graph.node[index])
+                order.append(nodes[index])
                 continue
             if state[index]:
                 continue
             state[index] = 1
             stack.append((index, True))
-            for name in graph.node[index].input:
+            for name in nodes[index].input:
                 producer = produced_by.get(name)
                 if producer is not None and state[producer] == 0:
                     stack.append((producer, False))
