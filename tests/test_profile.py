@@ -248,3 +248,20 @@ def test_plot_png_needs_matplotlib_and_says_so(bert_like: Path, tmp_path: Path) 
         assert done.exit_code == 0 and out.read_bytes().startswith(b"\x89PNG")
     wrong = CliRunner().invoke(main, ["profile", str(bert_like), "--plot", str(tmp_path / "p.txt")])
     assert wrong.exit_code == 2 and ".html" in wrong.output
+
+
+def test_memory_plan_is_the_same_on_a_slow_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local search is bounded by moves and work, not a clock: a machine where every clock read says a
+    second has passed plans the same arena (it reached the lower bound on the GPT-2 fixture, whose residual
+    stream needs the search)."""
+    import time
+
+    path = Path(__file__).parent / "fixtures" / "models" / "gpt2.legacy.onnx"
+    plan = gsrewrite.plan_memory(str(path))
+    assert "local search" in plan.strategy and plan.arena_bytes == plan.lower_bound_bytes
+    clock = iter(range(10**9))
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(time, "monotonic", lambda: float(next(clock)))
+    slow = gsrewrite.plan_memory(str(path))
+    assert (slow.arena_bytes, slow.strategy) == (plan.arena_bytes, plan.strategy)
+    assert [b.offset for b in slow.buffers] == [b.offset for b in plan.buffers]

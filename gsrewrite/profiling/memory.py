@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,15 +194,17 @@ ORDERS: dict[str, Any] = {
 }
 #: buffers living at least this share of the steps go first (at the bottom) in the "pinned" orders
 LONG_LIVED = (0.5, 0.25)
-#: the local search over placement orders stops at the lower bound, after MAX_MOVES moves, or after
-#: SEARCH_SECONDS (a bound for huge graphs; the moves are seeded, so a plan is reproducible when it ends first)
-SEARCH_SECONDS = 1.0
+#: the local search over placement orders stops at the lower bound, after MAX_MOVES moves, or when the
+#: placements it tried have looked at SEARCH_WORK pairs of buffers live at the same time (a bound for huge
+#: graphs that, unlike a clock, gives the same plan on every machine; the moves are seeded)
 MAX_MOVES = 3000
+SEARCH_WORK = 4_000_000
 
 
 def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[int]]:
     """The smallest arena of the fixed orders, then a local search over the order (move one buffer earlier,
-    keep the move when the arena is no larger) within :data:`SEARCH_SECONDS`, until the lower bound."""
+    keep the move when the arena is no larger) within :data:`MAX_MOVES` and :data:`SEARCH_WORK`, until the lower
+    bound."""
     n = len(buffers)
     steps = max((b.end for b in buffers), default=0) + 1
     candidates: list[tuple[str, list[int]]] = []
@@ -217,34 +218,36 @@ def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[i
         candidates.append((f"long-lived ({share:.0%} of steps) pinned, then largest first", sorted(range(n),
                                                                                                   key=pinned)))
     best: tuple[int, str, list[int], list[int], str] | None = None
+    overlapping = _overlapping(buffers)
+    overlapping_set = [set(found) for found in overlapping]
     for (name, order), fit in itertools.product(candidates, ("best", "first")):
-        offsets = _place_order(buffers, order, fit)
+        offsets = _place_order(buffers, order, fit, overlapping)
         arena = _arena(buffers, offsets)
         if best is None or arena < best[0]:
             best = (arena, f"{name}, {fit} fit", offsets, order, fit)
     assert best is not None
     arena, strategy, offsets, order, fit = best
     rng = random.Random(0)
-    deadline = time.perf_counter() + SEARCH_SECONDS
+    work_per_move = sum(len(n) for n in overlapping) + n
     # the moves only reorder buffers that matter (small ones fill the gaps whatever their order)
     large = [k for k in range(n) if buffers[k].size * 64 >= lower] or list(range(n))
     improved = False
     moves = 0
-    while arena > lower and n > 1 and moves < MAX_MOVES and time.perf_counter() < deadline:
+    while arena > lower and n > 1 and moves < MAX_MOVES and (moves + 1) * work_per_move <= SEARCH_WORK:
         moves += 1
         trial = list(order)
         # move a buffer that sits above the lower bound (or one live at the same time) earlier in the order
         above = [k for k in large if offsets[k] + _aligned(buffers[k].size) > lower]
         pick = rng.choice(above) if above and rng.random() < 0.7 else rng.choice(large)
         if rng.random() < 0.5:
-            neighbours = [k for k in large if k != pick and buffers[k].overlaps(buffers[pick])]
+            neighbours = [k for k in large if k != pick and k in overlapping_set[pick]]
             pick = rng.choice(neighbours) if neighbours else pick
         i = trial.index(pick)
         if i == 0:
             continue
         j = rng.randrange(0, i)
         trial.insert(j, trial.pop(i))
-        trial_offsets = _place_order(buffers, trial, fit)
+        trial_offsets = _place_order(buffers, trial, fit, overlapping)
         trial_arena = _arena(buffers, trial_offsets)
         if trial_arena <= arena:
             improved = improved or trial_arena < arena
@@ -270,16 +273,32 @@ def _lower_bound(buffers: list[Buffer], steps: int) -> tuple[int, int]:
     return best, best_step
 
 
-def _place_order(buffers: list[Buffer], order: list[int], fit: str) -> list[int]:
+def _overlapping(buffers: list[Buffer]) -> list[list[int]]:
+    """For each buffer, the other buffers live at some same step (a sweep over start steps, not all pairs)."""
+    found: list[list[int]] = [[] for _ in buffers]
+    by_start = sorted(range(len(buffers)), key=lambda k: buffers[k].start)
+    live: list[int] = []
+    for i in by_start:
+        start = buffers[i].start
+        live = [j for j in live if buffers[j].end >= start]
+        for j in live:
+            found[i].append(j)
+            found[j].append(i)
+        live.append(i)
+    return found
+
+
+def _place_order(buffers: list[Buffer], order: list[int], fit: str,
+                 overlapping: list[list[int]] | None = None) -> list[int]:
     """Greedy placement: each buffer (in ``order``) in a free gap among the already placed buffers that
     overlap it in time: the smallest gap that fits (``best``) or the lowest (``first``)."""
+    if overlapping is None:
+        overlapping = _overlapping(buffers)
     offsets = [-1] * len(buffers)
-    placed: list[int] = []
+    ends = [0] * len(buffers)
     for i in order:
-        buffer = buffers[i]
-        size = _aligned(buffer.size)
-        busy = sorted((offsets[j], offsets[j] + _aligned(buffers[j].size)) for j in placed
-                      if buffers[j].overlaps(buffer))
+        size = _aligned(buffers[i].size)
+        busy = sorted((offsets[j], ends[j]) for j in overlapping[i] if offsets[j] >= 0)
         best_offset, best_gap = None, None
         cursor = 0
         for start, end in busy:
@@ -290,7 +309,7 @@ def _place_order(buffers: list[Buffer], order: list[int], fit: str) -> list[int]
                     break
             cursor = max(cursor, end)
         offsets[i] = best_offset if best_offset is not None else cursor
-        placed.append(i)
+        ends[i] = offsets[i] + size
     return offsets
 
 
