@@ -15,6 +15,7 @@ expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -582,22 +583,40 @@ def _buffers() -> tuple[bytearray, np.ndarray]:
 
 def _file_chunks(path: str, offset: int, length: int, dtype: np.dtype[Any],
                  files: _OpenFiles | None) -> Iterator[np.ndarray]:
-    """The tensor's values, a chunk at a time (each chunk valid until the next is read)."""
-    own = files is None
-    files = files or _OpenFiles()
-    try:
-        fd, (raw, _) = files.fd(path), _buffers()
-        view = memoryview(raw)
+    """The tensor's values, a chunk at a time (each chunk valid until the next is read). ``os.preadv`` on the
+    descriptor the threads share (it moves no file position); where it does not exist (Windows), a file of this
+    tensor's own read in order."""
+    raw = _buffers()[0]
+    view = memoryview(raw)
+    with contextlib.ExitStack() as stack:
+        if files is None:
+            files = _OpenFiles()
+            stack.callback(files.close)
+        if hasattr(os, "preadv"):
+            fd = files.fd(path)
+
+            def read(into: memoryview, at: int) -> int:
+                return os.preadv(fd, [into], at)
+        else:
+            own = stack.enter_context(open(path, "rb", buffering=0))
+
+            def read(into: memoryview, at: int) -> int:
+                own.seek(at)
+                got = 0
+                while got < len(into):
+                    n = own.readinto(into[got:])
+                    if not n:
+                        break
+                    got += n
+                return got
+
         done = 0
         while done < length:
             size = min(_CHUNK_BYTES, length - done)
-            if os.preadv(fd, [view[:size]], offset + done) != size:
+            if read(view[:size], offset + done) != size:
                 raise ValueError("the weight file is shorter than its tensors say")
             yield np.frombuffer(raw, dtype=dtype, count=size // dtype.itemsize)
             done += size
-    finally:
-        if own:
-            files.close()
 
 
 def _zero_stats(chunks: Iterable[np.ndarray], elements: int, last: int) -> WeightStats:
