@@ -431,11 +431,18 @@ def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[
         try:
             size = None if shape is None or not bits else _product(shape)
             activation = None if size is None or activation is None else \
-                add_counts(activation, symdim.floor_div(symdim.mul(size, bits) + 7, 8))
+                add_counts(activation, _bytes_of(size, bits))
         except symdim.ExpressionTooLarge:
             activation = None
     return NodeCost(node.name, node.op_type, node.domain, macs, params, weight_bytes, activation, weights,
                     answer is not None)
+
+
+def _bytes_of(elements: DimValue, bits: int) -> DimValue:
+    """Bytes of ``elements`` items of ``bits`` each, rounded up (whole-byte types need no division)."""
+    if bits % 8 == 0:
+        return symdim.mul(elements, bits // 8)
+    return symdim.floor_div(symdim.mul(elements, bits) + 7, 8)
 
 
 def _product(shape: list[Any]) -> Count:
