@@ -271,3 +271,23 @@ def test_memory_plan_is_the_same_on_a_slow_machine(monkeypatch: pytest.MonkeyPat
     slow = gsrewrite.plan_memory(str(path))
     assert (slow.arena_bytes, slow.strategy) == (plan.arena_bytes, plan.strategy)
     assert [b.offset for b in slow.buffers] == [b.offset for b in plan.buffers]
+
+
+def test_profile_without_sparsity_reads_no_weight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sparsity=False`` (what ``info``'s one-line total uses) counts the same MACs and parameters without
+    reading a weight: the scan is never called."""
+    from gsrewrite.profiling import costs
+
+    weight = np.ones((64, 32), np.float32)
+    weight[:, :8] = 0
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [_x("a", [2, 64])], [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    full = profile_model(model)
+    assert full.weights.sparsity == pytest.approx(0.25)
+    monkeypatch.setattr(costs, "_weight_stats", lambda *a, **k: pytest.fail("a weight was read"))
+    light = profile_model(model, sparsity=False)
+    assert (light.macs, light.params, light.weight_bytes) == (full.macs, full.params, full.weight_bytes) == \
+        (2 * 64 * 32, 64 * 32, 64 * 32 * 4)
+    assert light.weights.sparsity is None and light.nodes[0].weights is None

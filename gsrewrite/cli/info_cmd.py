@@ -38,11 +38,11 @@ def info(model: str, as_json: bool) -> None:
 
 def _totals(model: str) -> dict[str, Any] | None:
     """MACs (symbolic with dynamic dims; ``unprofiled``: the ops whose MACs are unknown) and parameters."""
-    from gsrewrite.model_io import load_model
+    from gsrewrite.model_io.weightless import load_weightless
     from gsrewrite.profiling.costs import count_json, profile_model
 
-    try:
-        profile = profile_model(load_model(model, load_external_data=False))
+    try:  # no weight is read: large inline ones stay in the file, and no sparsity is scanned
+        profile = profile_model(load_weightless(model), sparsity=False)
     except Exception:  # the totals are extra: a model the profile cannot read still gets its info
         return None
     return {"macs": count_json(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled}

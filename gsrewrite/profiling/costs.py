@@ -255,6 +255,8 @@ class ProfileContext:
     model: onnx.ModelProto | None = None
     constants: Mapping[str, onnx.TensorProto] = field(default_factory=dict)
     depth: int = 0
+    #: whether weights are read for their sparsity (subgraphs are profiled the same way)
+    sparsity: bool = True
 
     def node_proto(self, node: gs.Node) -> onnx.NodeProto | None:
         """The ONNX node behind a profiler's graphsurgeon view (subgraphs are in its attributes)."""
@@ -285,7 +287,7 @@ class ProfileContext:
         if graph is None:
             return None
         sub = subgraphs.subgraph_model(graph, self.model, self.shapes, self.constants, formal or [])
-        return profile_model(sub, base_dir=self.base_dir, depth=self.depth + 1)
+        return profile_model(sub, base_dir=self.base_dir, depth=self.depth + 1, sparsity=self.sparsity)
 
     def producer_op(self, name: str) -> str | None:
         """The op type of the node that produces ``name`` (``None`` for inputs and constants)."""
@@ -310,11 +312,13 @@ class ProfileContext:
 
 
 def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
-                  shapes: SymbolicShapes | None = None, base_dir: str | None = None, depth: int = 0) -> Profile:
+                  shapes: SymbolicShapes | None = None, base_dir: str | None = None, depth: int = 0,
+                  sparsity: bool = True) -> Profile:
     """The cost of every main-graph node of ``model`` (see the module docstring). ``base_dir``: the model's
     folder, where external (or weightless-loaded) tensors are read from for their sparsity (in chunks);
     without it their sparsity is not computed. Local functions are inlined first (their nodes are profiled);
-    ``If``/``Loop``/``Scan`` bodies are profiled by the control-flow profiler (``depth``: how deep in them)."""
+    ``If``/``Loop``/``Scan`` bodies are profiled by the control-flow profiler (``depth``: how deep in them).
+    ``sparsity=False``: no weight is read (MACs and sizes only, as ``info`` shows them)."""
     if shapes is None:
         model = subgraphs.inline_functions(model)
     graph = model.graph
@@ -324,14 +328,14 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
             for attr in node.attribute:
                 if attr.name == "value" and attr.HasField("t"):
                     constants[node.output[0]] = attr.t
-    stats = _SparsityJobs(base_dir)
+    stats = _SparsityJobs(base_dir, sparsity)
     try:
         stats.start(constants, (name for node in graph.node for name in node.input if name in constants))
         shapes = shapes or infer_symbolic(model, input_shapes)  # while the weights are scanned
         context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
                                   for o in model.opset_import}, shapes,
                                  {out: node for node in graph.node for out in node.output if out}, base_dir,
-                                 model, constants, depth)
+                                 model, constants, depth, sparsity)
         tensors: dict[str, gs.Tensor] = {}
         walked = [node for node in graph.node if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
         profiler = plugin_hooks.op_profiler()
@@ -364,15 +368,16 @@ class _SparsityJobs:
     """The sparsity of the weights, computed on worker threads while the nodes are walked (numpy scans the
     arrays without the GIL: reading 170-330 MB of weights was more than half of a profile's time)."""
 
-    def __init__(self, base_dir: str | None) -> None:
+    def __init__(self, base_dir: str | None, enabled: bool = True) -> None:
         self._base_dir = base_dir
+        self._enabled = enabled
         self._files = _OpenFiles()
         self._jobs: dict[str, Future[WeightStats | None]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, constants: Mapping[str, onnx.TensorProto], names: Iterable[str]) -> None:
         """Start the weights among ``names`` (in the order the walk will need them) that are large enough."""
-        for name in names:
+        for name in names if self._enabled else ():
             tensor = constants[name]
             if name in self._jobs or math.prod(tensor.dims) < SPARSITY_MIN_ELEMENTS:
                 continue
@@ -382,6 +387,8 @@ class _SparsityJobs:
             self._jobs[name] = self._pool.submit(_weight_stats, tensor, self._base_dir, self._files)
 
     def result(self, name: str, tensor: onnx.TensorProto) -> WeightStats | None:
+        if not self._enabled:
+            return None
         job = self._jobs.get(name)
         return job.result() if job is not None else _weight_stats(tensor, self._base_dir, self._files)
 
