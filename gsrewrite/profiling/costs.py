@@ -390,7 +390,10 @@ class _SparsityJobs:
         if not self._enabled:
             return None
         job = self._jobs.get(name)
-        return job.result() if job is not None else _weight_stats(tensor, self._base_dir, self._files)
+        if job is None:  # not started (a tensor only a later lookup names): computed here, once
+            job = self._jobs[name] = Future()
+            job.set_result(_weight_stats(tensor, self._base_dir, self._files))
+        return job.result()
 
     def close(self) -> None:
         if self._pool is not None:
