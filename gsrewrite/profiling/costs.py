@@ -481,11 +481,12 @@ def _variable(name: str, shapes: SymbolicShapes, cache: dict[str, gs.Tensor]) ->
         return found
     info = shapes.tensors.get(name)
     dtype_code = info.dtype if info is not None else 0
-    try:
-        dtype = _NP_DTYPES.get(dtype_code) or (onnx.helper.tensor_dtype_to_np_dtype(dtype_code) if dtype_code
-                                               else None)
-    except (KeyError, TypeError, ValueError):
-        dtype = None
+    dtype = _NP_DTYPES.get(dtype_code)
+    if dtype is None and dtype_code:
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype_code)
+        except (KeyError, TypeError, ValueError):
+            dtype = None
     variable = cache[name] = _light_variable(name, dtype, shapes.shape(name))
     return variable
 
