@@ -291,3 +291,36 @@ def test_profile_without_sparsity_reads_no_weight(monkeypatch: pytest.MonkeyPatc
     assert (light.macs, light.params, light.weight_bytes) == (full.macs, full.params, full.weight_bytes) == \
         (2 * 64 * 32, 64 * 32, 64 * 32 * 4)
     assert light.weights.sparsity is None and light.nodes[0].weights is None
+
+
+def test_the_installed_cli_profiles_without_reading_weights_and_shows_its_stages(tmp_path: Path) -> None:
+    """``--no-sparsity`` gives the same totals with sparsity unknown; ``-v`` logs the stages (what the progress
+    display shows on a terminal)."""
+    import subprocess
+    import sys
+
+    gsrewrite_cli = Path(sys.executable).parent / "gsrewrite"
+    weight = np.ones((256, 128), np.float32)
+    weight[:64] = 0
+    node = helper.make_node("MatMul", ["a", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [_x("a", [2, 256])], [helper.make_tensor_value_info("y", F, None)],
+                              [numpy_helper.from_array(weight, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path),
+              save_as_external_data=True, location="m.data", size_threshold=0)
+    runs = {}
+    for flag in ("--sparsity", "--no-sparsity"):
+        done = subprocess.run([str(gsrewrite_cli), "-v", "profile", str(path), "--json", flag], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        runs[flag] = (json.loads(done.stdout)["total"], done.stderr)
+    (full, log_full), (light, log_light) = runs["--sparsity"], runs["--no-sparsity"]
+    assert full["sparsity"] == pytest.approx(0.25) and light["sparsity"] is None
+    assert {k: v for k, v in full.items() if "sparsity" not in k} == \
+        {k: v for k, v in light.items() if "sparsity" not in k}
+    assert "reading weights for sparsity" in log_full and "reading weights for sparsity" not in log_light
+    assert "inferring shapes" in log_full and "counting" in log_full
+    (tmp_path / "m.data").unlink()  # a missing weights file is still refused on load: one line, exit 2
+    done = subprocess.run([str(gsrewrite_cli), "profile", str(path), "--json", "--no-sparsity"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "m.data" in done.stderr and "Traceback" not in done.stderr, done.stderr

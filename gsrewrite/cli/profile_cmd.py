@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from gsrewrite.cli._analysis_options import input_shape_option
-from gsrewrite.cli._output import console, emit_json, human_bytes, table
+from gsrewrite.cli._output import console, emit_json, human_bytes, table, working
 
 
 @click.command()
@@ -23,9 +23,11 @@ from gsrewrite.cli._output import console, emit_json, human_bytes, table
 @click.option("--plot", "plot", default=None, metavar="FILE",
               help="Write charts: FILE.html (no dependency), FILE.png or FILE.svg (matplotlib).")
 @click.option("--force", is_flag=True, help="Overwrite the --plot file if it exists.")
+@click.option("--sparsity/--no-sparsity", default=True, show_default=True,
+              help="Read every weight for its zeros (--no-sparsity: MACs and sizes without reading a weight).")
 @click.pass_context
 def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: str, as_json: bool, top: int,
-            plot: str | None, force: bool) -> None:
+            plot: str | None, force: bool, sparsity: bool) -> None:
     """Profile MODEL: per node MACs (1 MAC = 2 FLOPs), parameters, weight bytes, activation bytes and weight
     sparsity; totals and sums per op type. Dynamic dims stay symbolic (totals are polynomials in them) unless
     --input-shape gives sizes."""
@@ -34,17 +36,16 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
     from gsrewrite.errors import OutputError
     from gsrewrite.graph.symbolic_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path
-    from gsrewrite.profiling.costs import profile_model
 
     fmt = "json" if as_json else fmt
     if plot is not None:
         if os.path.exists(plot) and not force:
             raise OutputError(f"{plot} exists; pass --force to overwrite it")
         check_output_path(plot, input_path=model)
-    from gsrewrite.model_io.weightless import load_weightless
+    from gsrewrite.pipelines.analysis import profile as profile_path
 
-    result = profile_model(load_weightless(model), parse_input_shapes(input_shape),
-                           base_dir=os.path.dirname(os.path.abspath(model)))
+    with working(f"Profiling {os.path.basename(model)}"):
+        result = profile_path(model, parse_input_shapes(input_shape), sparsity=sparsity)
     if plot is not None:
         _write_plot(result, plot, top or 15)
     top_given = ctx.get_parameter_source("top") != click.core.ParameterSource.DEFAULT
@@ -53,7 +54,7 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
     elif fmt == "csv":
         click.echo(_csv(result.to_dict(top if top_given and top else None)["nodes"]), nl=False)
     else:
-        _tables(result, top)
+        _tables(result, top, sparsity)
         if plot is not None:
             console().print(f"Wrote {plot}", markup=False, highlight=False)
 
@@ -90,14 +91,14 @@ def _percent(part: Any, total: Any) -> str:
     return ""
 
 
-def _tables(result: Any, top: int) -> None:
+def _tables(result: Any, top: int, read_weights: bool = True) -> None:
     out = console()
     total = result.macs
     sparsity = result.weights.sparsity
     rows = [("MACs", _count(total)), ("FLOPs", _count(None if total is None else total * 2)),
             ("parameters", f"{result.params:,}"), ("weight bytes", human_bytes(result.weight_bytes)),
             ("activation bytes", _bytes(result.activation_bytes)),
-            ("weight sparsity", "?" if sparsity is None else
+            ("weight sparsity", ("?" if read_weights else "not read (--no-sparsity)") if sparsity is None else
              f"{100 * sparsity:.2f}% zeros, {100 * (result.weights.block_sparsity or 0):.2f}% zero 1x4 blocks")]
     if result.bindings:
         rows.append(("sizes", ", ".join(f"{k}={v}" for k, v in sorted(result.bindings.items()))))

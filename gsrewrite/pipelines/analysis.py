@@ -19,6 +19,7 @@ from gsrewrite.profiling.costs import Profile, profile_model
 from gsrewrite.profiling.memory import MemoryPlan
 from gsrewrite.profiling.memory import plan_memory as plan
 from gsrewrite.profiling.subgraphs import inline_functions
+from gsrewrite.stages import stage
 
 ModelArg = onnx.ModelProto | str | os.PathLike
 ShapesArg = InputShapes | Iterable[str] | Mapping[str, Any] | None
@@ -62,17 +63,19 @@ def infer_shapes(model: ModelArg, shapes: ShapesArg = None) -> SymbolicShapes:
     return infer_symbolic(load(model, load_external_data=False), input_shapes(shapes))
 
 
-def profile(model: ModelArg, shapes: ShapesArg = None) -> Profile:
+def profile(model: ModelArg, shapes: ShapesArg = None, *, sparsity: bool = True) -> Profile:
     """MACs, parameters, weight and activation bytes, sparsity per node (see :mod:`gsrewrite.profiling.costs`).
-    A path is loaded without its weights (:mod:`gsrewrite.model_io.weightless`): they are memory-mapped for the
-    sparsity, never copied."""
+    A path is loaded without its weights (:mod:`gsrewrite.model_io.weightless`): they are read in chunks for the
+    sparsity, never loaded whole; ``sparsity=False`` reads none of them (every weight byte is read otherwise)."""
     if isinstance(model, onnx.ModelProto):
-        return profile_model(model, input_shapes(shapes))
+        return profile_model(model, input_shapes(shapes), sparsity=sparsity)
     from gsrewrite.model_io.weightless import load_weightless
 
     path = os.fspath(model)
-    return profile_model(load_weightless(path), input_shapes(shapes),
-                         base_dir=os.path.dirname(os.path.abspath(path)))
+    with stage("loading"):
+        proto = load_weightless(path)
+    return profile_model(proto, input_shapes(shapes), base_dir=os.path.dirname(os.path.abspath(path)),
+                         sparsity=sparsity)
 
 
 def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str, int]:

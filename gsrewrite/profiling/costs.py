@@ -39,6 +39,7 @@ from gsrewrite.graph.symdim import DimValue
 from gsrewrite.model_io.graph_walk import node_subgraphs
 from gsrewrite.model_io.weightless import external_range
 from gsrewrite.profiling import subgraphs
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -329,9 +330,12 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
                 if attr.name == "value" and attr.HasField("t"):
                     constants[node.output[0]] = attr.t
     stats = _SparsityJobs(base_dir, sparsity)
+    timed = stage if depth == 0 else _untimed  # stages of the model, not of each subgraph
     try:
         stats.start(constants, (name for node in graph.node for name in node.input if name in constants))
-        shapes = shapes or infer_symbolic(model, input_shapes)  # while the weights are scanned
+        if shapes is None:
+            with timed("inferring shapes"):  # while the weights are scanned
+                shapes = infer_symbolic(model, input_shapes)
         context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
                                   for o in model.opset_import}, shapes,
                                  {out: node for node in graph.node for out in node.output if out}, base_dir,
@@ -339,14 +343,16 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
         tensors: dict[str, gs.Tensor] = {}
         walked = [node for node in graph.node if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
         profiler = plugin_hooks.op_profiler()
-        nodes = [_node_cost(node, shapes, constants, context, tensors, profiler) for node in walked]
+        with timed("counting"):
+            nodes = [_node_cost(node, shapes, constants, context, tensors, profiler) for node in walked]
         # the sparsity last: the scans ran beside the walk, which never waits for them
-        for node, cost in zip(walked, nodes, strict=True):
-            for name in node.input:
-                found = stats.result(name, constants[name]) if name in constants else None
-                if found is not None:
-                    cost.weights = WeightStats(0, 0, 0, 0) if cost.weights is None else cost.weights
-                    cost.weights.add(found)
+        with timed("reading weights for sparsity") if sparsity else _untimed(""):
+            for node, cost in zip(walked, nodes, strict=True):
+                for name in node.input:
+                    found = stats.result(name, constants[name]) if name in constants else None
+                    if found is not None:
+                        cost.weights = WeightStats(0, 0, 0, 0) if cost.weights is None else cost.weights
+                        cost.weights.add(found)
         profile = Profile(nodes, shapes, bindings=dict(shapes.bindings))
         used = {name for node in graph.node for name in node.input if name in constants}
         used |= {name for node in graph.node if node.op_type == "Constant" for name in node.output
@@ -362,6 +368,11 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     finally:
         stats.close()
     return profile
+
+
+@contextlib.contextmanager
+def _untimed(name: str) -> Iterator[None]:
+    yield
 
 
 class _SparsityJobs:
