@@ -59,16 +59,7 @@ def op_profiler() -> Callable[[gs.Node, Any], OpCost | None]:
     """:func:`profile_op` with the implementations looked up once: for a walk over many nodes (the plugins
     registered during the walk are not asked)."""
     impls = _dispatch_order("gsrewrite_profile_op")
-
-    def first_answer(node: gs.Node, ctx: Any) -> OpCost | None:
-        kwargs = {"node": node, "context": ctx}
-        for impl in impls:
-            result = _call(impl, "gsrewrite_profile_op", kwargs)
-            if result is not None:
-                return result  # type: ignore[no-any-return]
-        return None
-
-    return first_answer
+    return lambda node, ctx: _first_answer(impls, "gsrewrite_profile_op", node, ctx)
 
 
 _NODE_CONTEXT = ("node", "context")
@@ -137,8 +128,12 @@ def _providing(registry: Any, plugin_name: str) -> AbstractContextManager[Any]:
 
 
 def _first_result(hook_name: str, node: gs.Node, ctx: Any) -> Any:
+    return _first_answer(_dispatch_order(hook_name), hook_name, node, ctx)
+
+
+def _first_answer(impls: Sequence[HookImpl], hook_name: str, node: gs.Node, ctx: Any) -> Any:
     kwargs = {"node": node, "context": ctx}
-    for impl in _dispatch_order(hook_name):
+    for impl in impls:
         result = _call(impl, hook_name, kwargs)
         if result is not None:
             return result

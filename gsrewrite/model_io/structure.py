@@ -15,17 +15,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor
-from onnx import (
-    FunctionProto,
-    GraphProto,
-    ModelProto,
-    NodeProto,
-    StringStringEntryProto,
-    TensorProto,
-    TensorShapeProto,
-    TypeProto,
-    ValueInfoProto,
-)
+from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import node_label, node_subgraphs
@@ -179,9 +169,6 @@ def _first_invalid(message: Any, path: Path) -> tuple[Path, bytes] | None:
         return _first_invalid_in_tensor(message, path)
     if _NODE_FIELDS_KNOWN and isinstance(message, NodeProto):  # the most numerous message: read directly
         return _first_invalid_in_node(message, path)
-    if _FAST_FIELDS_KNOWN and isinstance(message, (ValueInfoProto, StringStringEntryProto)) and \
-            _plainly_valid(message):  # valid (most are): no generic walk; else the walk finds the field
-        return None
     for descriptor, value in message.ListFields():
         items = list(enumerate(value)) if descriptor.is_repeated else [(None, value)]
         if descriptor.type == FieldDescriptor.TYPE_STRING:
@@ -203,33 +190,6 @@ _NODE_FIELDS_KNOWN = {f.name for f in NodeProto.DESCRIPTOR.fields} <= {"input", 
                                                                         *_NODE_MESSAGES}
 
 
-#: the fast check knows every field of these messages (a newer onnx adding one: the generic walk)
-_FAST_FIELDS_KNOWN = all(
-    {f.name for f in message.DESCRIPTOR.fields} == fields for message, fields in (
-        (ValueInfoProto, {"name", "type", "doc_string", "metadata_props"}),
-        (TypeProto.Tensor, {"elem_type", "shape"}), (TensorShapeProto, {"dim"}),
-        (TensorShapeProto.Dimension, {"dim_value", "dim_param", "denotation"}),
-        (StringStringEntryProto, {"key", "value"})))
-
-
-def _plainly_valid(message: ValueInfoProto | StringStringEntryProto) -> bool:
-    """Whether every string of a value info (of a tensor type, or untyped) or a key/value entry is valid UTF-8,
-    read without the generic field walk (dynamo exports carry a value info per tensor and several metadata
-    entries per node: the generic walk was most of a load's time). ``False`` also for types it does not read."""
-    if isinstance(message, StringStringEntryProto):
-        return not isinstance(message.key, bytes) and not isinstance(message.value, bytes)
-    if isinstance(message.name, bytes) or isinstance(message.doc_string, bytes):
-        return False
-    if message.HasField("type"):
-        kind = message.type.WhichOneof("value")
-        if isinstance(message.type.denotation, bytes) or kind not in (None, "tensor_type"):
-            return False
-        for dim in message.type.tensor_type.shape.dim:
-            if isinstance(dim.dim_param, bytes) or isinstance(dim.denotation, bytes):
-                return False
-    return all(not isinstance(e.key, bytes) and not isinstance(e.value, bytes) for e in message.metadata_props)
-
-
 def _first_invalid_in_node(node: NodeProto, path: Path) -> tuple[Path, bytes] | None:
     for kind in ("input", "output"):
         values = getattr(node, kind)
@@ -242,8 +202,6 @@ def _first_invalid_in_node(node: NodeProto, path: Path) -> tuple[Path, bytes] | 
             return (*path, (name, None)), value
     for kind in _NODE_MESSAGES:
         for i, item in enumerate(getattr(node, kind, ())):
-            if _FAST_FIELDS_KNOWN and kind == "metadata_props" and _plainly_valid(item):
-                continue
             found = _first_invalid(item, (*path, (kind, i)))
             if found is not None:
                 return found

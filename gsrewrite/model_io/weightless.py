@@ -5,8 +5,8 @@ The file is memory-mapped and read in the protobuf wire format: every ``raw_data
 initializer larger than :data:`INLINE_LIMIT` is left out, and the tensor instead refers to its own bytes *in the
 model file* with ONNX's external-data entries (``location`` = the model file, ``offset``, ``length``). The
 result is then checked exactly like :func:`gsrewrite.model_io.load_model` (text, tensor declarations,
-external-data entries, structure) without reading any weight; a reader that wants a weight's values maps that
-byte range (:func:`tensor_values`), as it would for a real external-data file. The payloads are never copied:
+external-data entries, structure) without reading any weight; a reader that wants a weight's values reads that
+byte range (:func:`external_range`), as it would for a real external-data file. The payloads are never copied:
 a 7 GB model costs its graph, not 7 GB.
 """
 
@@ -200,15 +200,3 @@ def external_range(tensor: TensorProto, base_dir: str) -> tuple[str, int, int, n
         raise InvalidModelError(f"tensor {tensor.name!r}: external data outside the model folder")
     return path, offset, length, dtype
 
-
-def tensor_values(tensor: TensorProto, base_dir: str) -> np.ndarray | None:
-    """The values of an external (or weightless-loaded) tensor, memory-mapped read-only from its file; None when
-    its entries are not a plain location/offset/length or its type has no numpy dtype."""
-    found = external_range(tensor, base_dir)
-    if found is None:
-        return None
-    path, offset, length, dtype = found
-    count = length // dtype.itemsize if dtype.itemsize else 0
-    if count == 0:
-        return np.zeros(0, dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))

@@ -330,7 +330,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
                 if attr.name == "value" and attr.HasField("t"):
                     constants[node.output[0]] = attr.t
     stats = _SparsityJobs(base_dir, sparsity)
-    timed = stage if depth == 0 else _untimed  # stages of the model, not of each subgraph
+    timed = stage if depth == 0 else contextlib.nullcontext  # stages of the model, not of each subgraph
     try:
         stats.start(constants, (name for node in graph.node for name in node.input if name in constants))
         if shapes is None:
@@ -346,7 +346,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
         with timed("counting"):
             nodes = [_node_cost(node, shapes, constants, context, tensors, profiler) for node in walked]
         # the sparsity last: the scans ran beside the walk, which never waits for them
-        with timed("reading weights for sparsity") if sparsity else _untimed(""):
+        with timed("reading weights for sparsity") if sparsity else contextlib.nullcontext():
             for node, cost in zip(walked, nodes, strict=True):
                 for name in node.input:
                     found = stats.result(name, constants[name]) if name in constants else None
@@ -368,11 +368,6 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     finally:
         stats.close()
     return profile
-
-
-@contextlib.contextmanager
-def _untimed(name: str) -> Iterator[None]:
-    yield
 
 
 class _SparsityJobs:

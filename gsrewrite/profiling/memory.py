@@ -288,12 +288,10 @@ def _overlapping(buffers: list[Buffer]) -> list[list[int]]:
     return found
 
 
-def _place_order(buffers: list[Buffer], order: list[int], fit: str,
-                 overlapping: list[list[int]] | None = None) -> list[int]:
+def _place_order(buffers: list[Buffer], order: list[int], fit: str, overlapping: list[list[int]]) -> list[int]:
     """Greedy placement: each buffer (in ``order``) in a free gap among the already placed buffers that
-    overlap it in time: the smallest gap that fits (``best``) or the lowest (``first``)."""
-    if overlapping is None:
-        overlapping = _overlapping(buffers)
+    overlap it in time (``overlapping``, from :func:`_overlapping`): the smallest gap that fits (``best``) or
+    the lowest (``first``)."""
     offsets = [-1] * len(buffers)
     ends = [0] * len(buffers)
     for i in order:
