@@ -106,17 +106,15 @@ def test_sparsity_counts_zero_elements_and_zero_blocks() -> None:
     assert profile.weights.sparsity == pytest.approx(5 / 32) and profile.weights.block_sparsity == pytest.approx(1 / 8)
 
 
-@pytest.mark.parametrize("where", ["inline", "external", "weightless", "external_without_preadv"])
+@pytest.mark.parametrize("where", ["inline", "external", "weightless"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
 def test_sparsity_of_weights_larger_than_a_read_chunk(tmp_path: Path, where: str, dtype,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Weights of several read chunks (with -0.0, zero blocks across chunk boundaries and an odd row length where
-    blocks do not apply) count the zeros and zero blocks numpy counts, wherever the bytes are (and where the
-    platform has no ``os.preadv``, as on Windows)."""
-    import os
+    """Weights of several scan chunks (with -0.0, zero blocks across chunk boundaries and an odd row length where
+    blocks do not apply) count the zeros and zero blocks numpy counts, wherever the bytes are."""
+    from gsrewrite.profiling import costs
 
-    if where == "external_without_preadv":
-        monkeypatch.delattr(os, "preadv", raising=False)
+    monkeypatch.setattr(costs, "_CHUNK_ELEMENTS", 1 << 16)  # 700x1024 items: 11 chunks
     rng = np.random.default_rng(0)
     big = (rng.standard_normal((700, 1024)) * 3).astype(dtype)
     big[rng.random(big.shape) < 0.3] = 0
@@ -324,3 +322,41 @@ def test_the_installed_cli_profiles_without_reading_weights_and_shows_its_stages
     done = subprocess.run([str(gsrewrite_cli), "profile", str(path), "--json", "--no-sparsity"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "m.data" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_sparsity_scan_restores_the_switch_interval_and_survives_a_short_file(tmp_path: Path) -> None:
+    """The scan shortens CPython's GIL switch interval while it runs and puts the caller's back; a weight whose
+    bytes lie past the end of its file (a file shortened after the model was checked) gets no sparsity, not a
+    crash (the file is mapped, and a range past the mapping is never read)."""
+    import sys
+
+    from gsrewrite.profiling import costs
+
+    weight = np.ones((64, 64), np.float32)
+    weight[0] = 0
+    tensor = numpy_helper.from_array(weight, "w")
+    onnx.external_data_helper.set_external_data(tensor, "w.data", offset=0, length=weight.nbytes)
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    tensor.ClearField("raw_data")
+    (tmp_path / "w.data").write_bytes(weight.tobytes())
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.002)
+    try:
+        with costs._quick_gil_handoff():
+            assert sys.getswitchinterval() == pytest.approx(costs._SWITCH_INTERVAL)
+            with costs._quick_gil_handoff():  # nested (two profiles at once): the outer one restores
+                pass
+            assert sys.getswitchinterval() == pytest.approx(costs._SWITCH_INTERVAL)
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+        found = costs._weight_stats(tensor, str(tmp_path))
+        assert found is not None and found.zeros == 64
+        (tmp_path / "w.data").write_bytes(weight.tobytes()[:-4])
+        assert costs._weight_stats(tensor, str(tmp_path)) is None
+        model = helper.make_model(helper.make_graph(
+            [helper.make_node("MatMul", ["a", "w"], ["y"])], "g", [_x("a", [2, 64])],
+            [helper.make_tensor_value_info("y", F, None)], [tensor]), opset_imports=[helper.make_opsetid("", 17)])
+        profile = profile_model(model, base_dir=str(tmp_path))
+        assert profile.macs == 2 * 64 * 64 and profile.weights.sparsity is None
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+    finally:
+        sys.setswitchinterval(before)

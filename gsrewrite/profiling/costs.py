@@ -19,7 +19,9 @@ import contextlib
 import functools
 import logging
 import math
+import mmap
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -377,7 +379,8 @@ class _SparsityJobs:
     def __init__(self, base_dir: str | None, enabled: bool = True) -> None:
         self._base_dir = base_dir
         self._enabled = enabled
-        self._files = _OpenFiles()
+        self._files = _MappedFiles()
+        self._handoff = contextlib.ExitStack()
         self._jobs: dict[str, Future[WeightStats | None]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
@@ -388,6 +391,7 @@ class _SparsityJobs:
             if name in self._jobs or math.prod(tensor.dims) < SPARSITY_MIN_ELEMENTS:
                 continue
             if self._pool is None:
+                self._handoff.enter_context(_quick_gil_handoff())
                 self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
                                                 thread_name_prefix="gsrewrite-sparsity")
             self._jobs[name] = self._pool.submit(_weight_stats, tensor, self._base_dir, self._files)
@@ -404,6 +408,7 @@ class _SparsityJobs:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        self._handoff.close()
         self._files.close()
 
 
@@ -538,7 +543,7 @@ def _attr(attr: onnx.AttributeProto) -> Any:
 
 
 def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None,
-                  files: _OpenFiles | None = None) -> WeightStats | None:
+                  files: _MappedFiles | None = None) -> WeightStats | None:
     elements = math.prod(tensor.dims)
     if elements < SPARSITY_MIN_ELEMENTS:
         return None
@@ -553,101 +558,103 @@ def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None,
             path, offset, length, dtype = found
             if not _countable(dtype) or length != elements * dtype.itemsize:
                 return None
-            return _zero_stats(_file_chunks(path, offset, length, dtype, files), elements, last)
+            with contextlib.ExitStack() as stack:
+                if files is None:
+                    files = _MappedFiles()
+                    stack.callback(files.close)
+                return _zero_stats(_chunks(files.view(path, offset, elements, dtype)), elements, last)
         array = numpy_helper.to_array(tensor)
-    except Exception:  # an unreadable or exotic type: no sparsity, not an error
+    except Exception:  # an unreadable or exotic type, a file shorter than its tensors: no sparsity, not an error
         return None
     if not _countable(array.dtype):
         return None
-    flat = array.reshape(-1)
-    return _zero_stats((flat[i:i + _CHUNK_ELEMENTS] for i in range(0, flat.size, _CHUNK_ELEMENTS)), elements, last)
+    return _zero_stats(_chunks(array.reshape(-1)), elements, last)
 
 
-#: the scan reads a weight this many bytes at a time into a buffer it reuses (a multiple of every item size and
-#: of BLOCK items): the file's pages are copied, never mapped (faulting in a mapping of 170 MB of weights cost
-#: as much as scanning them), and the temporaries stay in cache
-_CHUNK_BYTES = 1 << 19
-_CHUNK_ELEMENTS = _CHUNK_BYTES // 8
+#: the scan counts a weight this many items at a time: each chunk is one GIL-free numpy call over the mapped
+#: file (a chunk of 512 KB meant ~1,000 returns to the GIL for a 170 MB model, each a wait while the walk held it,
+#: so the scan ran after the walk rather than beside it), and the boolean buffer it fills stays in cache
+_CHUNK_ELEMENTS = 1 << 21
+
+#: while weights are scanned, a thread waiting for the GIL asks for it after this many seconds instead of
+#: CPython's 5 ms (the walk holds the GIL; the scan needs it for a moment between chunks)
+_SWITCH_INTERVAL = 1e-4
 
 
 def _countable(dtype: np.dtype[Any]) -> bool:
     return dtype.kind in "fiub" or dtype.itemsize in (1, 2)
 
 
-class _OpenFiles:
-    """Weight files open for reading (``os.pread`` is safe from several threads on one descriptor)."""
+class _MappedFiles:
+    """Weight files mapped read-only, once each (the threads share a mapping; nothing is copied out of the
+    page cache). A file is mapped at its size when first read, and every range is checked against that size."""
 
     def __init__(self) -> None:
-        self._fds: dict[str, int] = {}
+        self._maps: dict[str, mmap.mmap] = {}
         self._lock = threading.Lock()
 
-    def fd(self, path: str) -> int:
+    def view(self, path: str, offset: int, count: int, dtype: np.dtype[Any]) -> np.ndarray:
         with self._lock:
-            if path not in self._fds:
-                self._fds[path] = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            return self._fds[path]
+            found = self._maps.get(path)
+            if found is None:
+                with open(path, "rb") as f:
+                    found = self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if offset < 0 or offset + count * dtype.itemsize > len(found):
+            raise ValueError("the weight file is shorter than its tensors say")
+        return np.ndarray((count,), dtype=dtype, buffer=found, offset=offset)
 
     def close(self) -> None:
         with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            for mapped in self._maps.values():
+                with contextlib.suppress(BufferError):  # a view still alive: the mapping closes when it goes
+                    mapped.close()
+            self._maps.clear()
 
 
 _LOCAL = threading.local()
 
 
-def _buffers() -> tuple[bytearray, np.ndarray]:
-    """This thread's read buffer and boolean buffer (one item per byte of a chunk: enough for any dtype)."""
-    found = getattr(_LOCAL, "buffers", None)
-    if found is None:
-        found = _LOCAL.buffers = (bytearray(_CHUNK_BYTES), np.empty(_CHUNK_BYTES, dtype=bool))
+def _zeros_buffer() -> np.ndarray:
+    """This thread's boolean buffer, one item per item of a chunk."""
+    found = getattr(_LOCAL, "zeros", None)
+    if found is None or found.size < _CHUNK_ELEMENTS:
+        found = _LOCAL.zeros = np.empty(_CHUNK_ELEMENTS, dtype=bool)
     return found  # type: ignore[no-any-return]
 
 
-def _file_chunks(path: str, offset: int, length: int, dtype: np.dtype[Any],
-                 files: _OpenFiles | None) -> Iterator[np.ndarray]:
-    """The tensor's values, a chunk at a time (each chunk valid until the next is read). ``os.preadv`` on the
-    descriptor the threads share (it moves no file position); where it does not exist (Windows), a file of this
-    tensor's own read in order."""
-    raw = _buffers()[0]
-    view = memoryview(raw)
-    with contextlib.ExitStack() as stack:
-        if files is None:
-            files = _OpenFiles()
-            stack.callback(files.close)
-        if hasattr(os, "preadv"):
-            fd = files.fd(path)
+def _chunks(values: np.ndarray) -> Iterator[np.ndarray]:
+    step = _CHUNK_ELEMENTS
+    return (values[i:i + step] for i in range(0, values.size, step))
 
-            def read(into: memoryview, at: int) -> int:
-                return os.preadv(fd, [into], at)
-        else:
-            own = stack.enter_context(open(path, "rb", buffering=0))
 
-            def read(into: memoryview, at: int) -> int:
-                own.seek(at)
-                got = 0
-                while got < len(into):
-                    n = own.readinto(into[got:])
-                    if not n:
-                        break
-                    got += n
-                return got
+_HANDOFF_LOCK = threading.Lock()
+_HANDOFF_USERS = 0
+_HANDOFF_SAVED = 0.0
 
-        done = 0
-        while done < length:
-            size = min(_CHUNK_BYTES, length - done)
-            if read(view[:size], offset + done) != size:
-                raise ValueError("the weight file is shorter than its tensors say")
-            yield np.frombuffer(raw, dtype=dtype, count=size // dtype.itemsize)
-            done += size
+
+@contextlib.contextmanager
+def _quick_gil_handoff() -> Iterator[None]:
+    """A short GIL switch interval while scans run (restored when the last concurrent profile ends)."""
+    global _HANDOFF_USERS, _HANDOFF_SAVED
+    with _HANDOFF_LOCK:
+        if _HANDOFF_USERS == 0:
+            _HANDOFF_SAVED = sys.getswitchinterval()
+            sys.setswitchinterval(min(_SWITCH_INTERVAL, _HANDOFF_SAVED))
+        _HANDOFF_USERS += 1
+    try:
+        yield
+    finally:
+        with _HANDOFF_LOCK:
+            _HANDOFF_USERS -= 1
+            if _HANDOFF_USERS == 0:
+                sys.setswitchinterval(_HANDOFF_SAVED)
 
 
 def _zero_stats(chunks: Iterable[np.ndarray], elements: int, last: int) -> WeightStats:
     """Zeros and all-zero blocks of BLOCK consecutive items (when rows split into blocks) over the chunks."""
     blocked = last % BLOCK == 0
     zeros = zero_blocks = 0
-    own = _buffers()[1]
+    own = _zeros_buffer()
     for chunk in chunks:
         zero = own[:chunk.size]
         np.equal(chunk, 0, out=zero)
