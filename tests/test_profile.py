@@ -108,13 +108,26 @@ def test_sparsity_counts_zero_elements_and_zero_blocks() -> None:
 
 @pytest.mark.parametrize("where", ["inline", "external", "weightless"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
-def test_sparsity_of_weights_larger_than_a_read_chunk(tmp_path: Path, where: str, dtype,
+@pytest.mark.parametrize("threaded", [False, True])
+def test_sparsity_of_weights_larger_than_a_read_chunk(tmp_path: Path, where: str, dtype, threaded: bool,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Weights of several scan chunks (with -0.0, zero blocks across chunk boundaries and an odd row length where
-    blocks do not apply) count the zeros and zero blocks numpy counts, wherever the bytes are."""
+    blocks do not apply) count the zeros and zero blocks numpy counts, wherever the bytes are, whether scanned
+    on the calling thread (a small model) or by workers beside the walk (a large one)."""
+    import threading
+
     from gsrewrite.profiling import costs
 
     monkeypatch.setattr(costs, "_CHUNK_ELEMENTS", 1 << 16)  # 700x1024 items: 11 chunks
+    monkeypatch.setattr(costs, "_THREADED_BYTES", 0 if threaded else 1 << 40)
+    scanned_on: set[str] = set()
+    scan = costs._weight_stats
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        scanned_on.add(threading.current_thread().name)
+        return scan(*args, **kwargs)
+
+    monkeypatch.setattr(costs, "_weight_stats", spy)
     rng = np.random.default_rng(0)
     big = (rng.standard_normal((700, 1024)) * 3).astype(dtype)
     big[rng.random(big.shape) < 0.3] = 0
@@ -144,6 +157,8 @@ def test_sparsity_of_weights_larger_than_a_read_chunk(tmp_path: Path, where: str
     assert profile.weights.block_sparsity == pytest.approx(zero_blocks / blocks)
     by_node = {n.name or n.op_type + str(i): n for i, n in enumerate(profile.nodes)}
     assert len(by_node) == 2
+    on_workers = {name.startswith("gsrewrite-sparsity") for name in scanned_on}
+    assert on_workers == ({True} if threaded else {False})
 
 
 def test_memory_plan_reuses_and_stays_above_its_lower_bound() -> None:

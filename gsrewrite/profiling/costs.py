@@ -372,38 +372,61 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     return profile
 
 
+#: weights of fewer bytes in all are scanned on the calling thread when asked (a thread pool, its handoffs and a
+#: future per weight cost a small model more than its scan)
+_THREADED_BYTES = 16 << 20
+
+
 class _SparsityJobs:
     """The sparsity of the weights, computed on worker threads while the nodes are walked (numpy scans the
-    arrays without the GIL: reading 170-330 MB of weights was more than half of a profile's time)."""
+    arrays without the GIL: reading 170-330 MB of weights was more than half of a profile's time). Each worker
+    scans one run of weights in file order; a model with little to scan is scanned on the calling thread."""
 
     def __init__(self, base_dir: str | None, enabled: bool = True) -> None:
         self._base_dir = base_dir
         self._enabled = enabled
         self._files = _MappedFiles()
         self._handoff = contextlib.ExitStack()
-        self._jobs: dict[str, Future[WeightStats | None]] = {}
+        self._done: dict[str, WeightStats | None] = {}
+        self._batches: dict[str, Future[dict[str, WeightStats | None]]] = {}
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, constants: Mapping[str, onnx.TensorProto], names: Iterable[str]) -> None:
         """Start the weights among ``names`` (in the order the walk will need them) that are large enough."""
-        for name in names if self._enabled else ():
+        todo: dict[str, onnx.TensorProto] = {}
+        for name in names if self._enabled and self._pool is None else ():
             tensor = constants[name]
-            if name in self._jobs or math.prod(tensor.dims) < SPARSITY_MIN_ELEMENTS:
-                continue
-            if self._pool is None:
-                self._handoff.enter_context(_quick_gil_handoff())
-                self._pool = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
-                                                thread_name_prefix="gsrewrite-sparsity")
-            self._jobs[name] = self._pool.submit(_weight_stats, tensor, self._base_dir, self._files)
+            if name not in todo and math.prod(tensor.dims) >= SPARSITY_MIN_ELEMENTS:
+                todo[name] = tensor
+        sizes = {name: math.prod(t.dims) * item_bits(t.data_type) // 8 for name, t in todo.items()}
+        total = sum(sizes.values())
+        if total < _THREADED_BYTES:
+            return
+        workers = min(4, os.cpu_count() or 1)
+        batches: list[list[tuple[str, onnx.TensorProto]]] = [[]]
+        done = 0
+        for name, tensor in todo.items():  # runs of about total / workers bytes each
+            if done >= total * len(batches) / workers and len(batches) < workers:
+                batches.append([])
+            batches[-1].append((name, tensor))
+            done += sizes[name]
+        self._handoff.enter_context(_quick_gil_handoff())
+        self._pool = ThreadPoolExecutor(max_workers=len(batches), thread_name_prefix="gsrewrite-sparsity")
+        for batch in batches:
+            job = self._pool.submit(self._scan, batch)
+            self._batches.update((name, job) for name, _ in batch)
+
+    def _scan(self, batch: list[tuple[str, onnx.TensorProto]]) -> dict[str, WeightStats | None]:
+        return {name: _weight_stats(tensor, self._base_dir, self._files) for name, tensor in batch}
 
     def result(self, name: str, tensor: onnx.TensorProto) -> WeightStats | None:
         if not self._enabled:
             return None
-        job = self._jobs.get(name)
-        if job is None:  # not started (a tensor only a later lookup names): computed here, once
-            job = self._jobs[name] = Future()
-            job.set_result(_weight_stats(tensor, self._base_dir, self._files))
-        return job.result()
+        if name not in self._done:  # a weight not started (on a small model, any) is scanned here, once
+            job = self._batches.get(name)
+            self._done[name] = job.result()[name] if job is not None else \
+                _weight_stats(tensor, self._base_dir, self._files)
+        return self._done[name]
 
     def close(self) -> None:
         if self._pool is not None:
