@@ -1,7 +1,7 @@
 """A summary of an ONNX model: producer, versions, inputs/outputs, operators, parameters.
 
-:func:`model_info` backs ``gsrewrite info``. Given a path it loads the model without reading external
-data (the external-data entries are still validated), so it is cheap even for multi-gigabyte models.
+:func:`model_info` backs ``gsrewrite info``. Given a path it loads the model without its weights (large inline
+ones stay in the file, external data is validated but not read), so it is cheap even for multi-gigabyte models.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from onnx import AttributeProto, ModelProto, TensorShapeProto, TypeProto, ValueInfoProto
+from onnx import AttributeProto, ModelProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto
 
-from gsrewrite.model_io import load_model
 from gsrewrite.model_io.graph_walk import iter_graphs, iter_nodes, tensor_protos
 from gsrewrite.model_io.tensors import declared_nbytes, dtype_name, element_count, is_external
+from gsrewrite.model_io.weightless import load_weightless
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 #: Constant-node attributes holding numbers: attribute -> (AttributeProto field, bytes per value).
@@ -64,16 +64,17 @@ class ModelInfo:
         return dataclasses.asdict(self)
 
 
-def model_info(model_or_path: ModelProto | str | os.PathLike[str]) -> ModelInfo:
-    """Summarize a model given as a ModelProto or as a path (loaded and checked with ``load_model``)."""
-    path = None
+def model_info(model_or_path: ModelProto | str | os.PathLike[str], path: str | None = None) -> ModelInfo:
+    """Summarize a model given as a ModelProto or as a path (loaded and checked without its weights:
+    :func:`gsrewrite.model_io.weightless.load_weightless`). ``path``: the file a ModelProto was loaded from that
+    way (its weights left in the file are not external data)."""
     if isinstance(model_or_path, ModelProto):
         model = model_or_path
     else:
         path = os.fspath(model_or_path)
-        model = load_model(path, load_external_data=False)
+        model = load_weightless(path)
     count, nbytes = _parameters(model)
-    external_bytes, external_files = _external_data(model)
+    external_bytes, external_files = _external_data(model, os.path.basename(path) if path else None)
     return ModelInfo(
         producer_name=model.producer_name,
         producer_version=model.producer_version,
@@ -180,11 +181,16 @@ def _constant_size(attributes: Iterable[AttributeProto]) -> tuple[int, int]:
     return 0, 0
 
 
-def _external_data(model: ModelProto) -> tuple[int, list[str]]:
-    """Bytes stored in external files, and the files' locations (relative to the model)."""
+def _external_data(model: ModelProto, model_file: str | None) -> tuple[int, list[str]]:
+    """Bytes stored in external files, and the files' locations (relative to the model); a weight a weightless
+    load left in ``model_file`` itself is inline."""
     total, files = 0, set[str]()
     for tensor in tensor_protos(model):
-        if is_external(tensor):
+        if is_external(tensor) and not (model_file and _location(tensor) == model_file):
             total += declared_nbytes(tensor)
             files.update(e.value for e in tensor.external_data if e.key == "location")
     return total, sorted(files)
+
+
+def _location(tensor: TensorProto) -> str | None:
+    return next((e.value for e in tensor.external_data if e.key == "location"), None)

@@ -149,3 +149,40 @@ def test_cli_bad_model_is_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["info", str(tmp_path / "absent.onnx")])
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: model file '{tmp_path / 'absent.onnx'}' does not exist"
+
+
+def test_info_of_large_inline_weights_reads_none_and_calls_them_inline(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose weights are inline and larger than the weightless limit: ``info`` (library and installed
+    CLI path) counts them from their declarations as inline parameters, never as external data, and the CLI
+    loads the file once."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from gsrewrite.model_io import weightless
+
+    weight = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")  # 16 KB: left in the file
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    path = tmp_path / "m.onnx"
+    save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    info = model_info(path)
+    assert (info.parameter_count, info.parameter_bytes) == (4096, 16384)
+    assert (info.external_data_bytes, info.external_data_files) == (0, [])
+    loads = []
+    real = weightless.load_weightless
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(args)
+        return real(*args, **kwargs)
+
+    import gsrewrite.info
+
+    monkeypatch.setattr(weightless, "load_weightless", counted)
+    monkeypatch.setattr(gsrewrite.info, "load_weightless", counted)
+    result = CliRunner().invoke(main, ["info", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["external_data_bytes"] == 0 and data["totals"]["params"] == 4096
+    assert data["totals"]["macs"] == 2 * 64 * 64 and len(loads) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+import onnx
 
 from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
 from gsrewrite.info import ModelInfo, TensorSpec, model_info
@@ -18,8 +19,11 @@ def info(model: str, as_json: bool) -> None:
 
     External data is validated but not read, so this is quick even for very large models.
     """
-    report = model_info(model)
-    totals = _totals(model)
+    from gsrewrite.model_io.weightless import load_weightless
+
+    proto = load_weightless(model)  # once, for the facts and the totals
+    report = model_info(proto, path=model)
+    totals = _totals(proto)
     if as_json:
         emit_json(report.to_dict() | {"totals": totals} if hasattr(report, "to_dict") else report)
         return
@@ -36,13 +40,12 @@ def info(model: str, as_json: bool) -> None:
         out.print(table("Functions", ["function"], [[f] for f in report.functions]))
 
 
-def _totals(model: str) -> dict[str, Any] | None:
+def _totals(model: onnx.ModelProto) -> dict[str, Any] | None:
     """MACs (symbolic with dynamic dims; ``unprofiled``: the ops whose MACs are unknown) and parameters."""
-    from gsrewrite.model_io.weightless import load_weightless
     from gsrewrite.profiling.costs import count_json, profile_model
 
-    try:  # no weight is read: large inline ones stay in the file, and no sparsity is scanned
-        profile = profile_model(load_weightless(model), sparsity=False)
+    try:  # no weight is read (the model is loaded weightless) and no sparsity is scanned
+        profile = profile_model(model, sparsity=False)
     except Exception:  # the totals are extra: a model the profile cannot read still gets its info
         return None
     return {"macs": count_json(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled}
