@@ -86,3 +86,66 @@ def test_cli_fails_with_one_line(
     if writes:
         assert not out.exists()
         assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_load_model_raises_the_same_error_with_payload_lengths_from_the_bytes(
+        corpus: dict[str, MalformedCase], name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large models have their initializers' raw_data lengths read from the serialized bytes (no copy of each
+    payload); every malformed case is refused the same way on that path."""
+    from gsrewrite.model_io import loading
+
+    monkeypatch.setattr(loading, "PAYLOAD_SCAN_BYTES", 0)
+    case = corpus[name]
+    with pytest.raises(case.error) as info:
+        load_model(case.path)
+    assert type(info.value) is case.error and "model.onnx" in str(info.value)
+
+
+@pytest.mark.parametrize("last_is_right", [True, False])
+def test_payload_lengths_from_the_bytes_follow_protobuf_when_raw_data_repeats(
+        tmp_path: Path, last_is_right: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor whose raw_data field appears twice holds the last one when parsed: the length read from the
+    bytes is the last one's too, so a model is accepted or refused exactly as its parsed tensors say."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from gsrewrite.errors import InvalidModelError
+    from gsrewrite.model_io import loading
+
+    monkeypatch.setattr(loading, "PAYLOAD_SCAN_BYTES", 0)
+    good, bad = bytes(16), bytes(8)  # FLOAT[4] needs 16
+    tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+    extra = TensorProto(raw_data=good if last_is_right else bad).SerializeToString()  # one more raw_data field
+    tensor.raw_data = bad if last_is_right else good
+    merged = TensorProto()
+    merged.ParseFromString(tensor.SerializeToString() + extra)
+    assert len(merged.raw_data) == (16 if last_is_right else 8)
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = helper.make_model(helper.make_graph([], "empty", [], []), opset_imports=[helper.make_opsetid("", 17)])
+    model.ClearField("graph")
+    # the graph's initializer (field 5) and the model's graph (field 7) written by hand: fields may come in
+    # any order, so the graph is its other fields, then the tensor with two raw_data fields
+    graph_bytes = graph.SerializeToString() + _len_field(5, tensor.SerializeToString() + extra)
+    data = model.SerializeToString() + _len_field(7, graph_bytes)
+    parsed = onnx.ModelProto()
+    parsed.ParseFromString(data)
+    assert len(parsed.graph.initializer[0].raw_data) == (16 if last_is_right else 8)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    if last_is_right:
+        assert load_model(path).graph.initializer[0].raw_data == good
+    else:
+        with pytest.raises(InvalidModelError):
+            load_model(path)
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    out, size = bytearray([number << 3 | 2]), len(payload)
+    while True:
+        out.append((size & 0x7F) | (0x80 if size > 0x7F else 0))
+        size >>= 7
+        if not size:
+            return bytes(out) + payload

@@ -78,7 +78,7 @@ def _checked_model(
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes
     with _named_after(name):
         check_text(model, data)
-        check_tensors(model, max_tensor_bytes=cap)
+        check_tensors(model, max_tensor_bytes=cap, payloads=_payloads(data))
         refs = external_refs(model, base_dir, cap)
         if load_external_data:
             read_external_data(refs)
@@ -121,3 +121,16 @@ def _named_after(name: str) -> Iterator[None]:
         yield
     except ModelError as exc:
         raise type(exc)(f"{name}: {exc}") from None
+
+
+#: a serialized model of at least this many bytes has its payload lengths read from the bytes (cheap: the
+#: fields' headers only) rather than by copying every ``raw_data`` out of the parsed model
+PAYLOAD_SCAN_BYTES = 8 << 20
+
+
+def _payloads(data: bytes) -> list[tuple[int, int] | None] | None:
+    if len(data) < PAYLOAD_SCAN_BYTES:
+        return None
+    from gsrewrite.model_io.weightless import initializer_payloads  # weightless imports this module
+
+    return initializer_payloads(data)

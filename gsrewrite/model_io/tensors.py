@@ -10,6 +10,7 @@ refused here with a message naming the tensor.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from onnx import ModelProto, TensorProto, helper
 
@@ -130,9 +131,11 @@ def _itemsizes() -> dict[int, int]:
 _ITEMSIZES = _itemsizes()
 
 
-def _sound_raw_tensor(tensor: TensorProto, cap: int) -> bool:
+def _sound_raw_tensor(tensor: TensorProto, cap: int, raw_length: int | None = None) -> bool:
     """True for an inline raw_data tensor of a whole-byte type whose payload matches its declaration within the
-    cap (the checks of checked_nbytes and check_tensor_data, without their function calls); False otherwise."""
+    cap (the checks of checked_nbytes and check_tensor_data, without their function calls); False otherwise.
+    ``raw_length``: the payload's length when known from the serialized bytes (``len(tensor.raw_data)`` copies
+    the payload: 213 ms for GPT-2 base's 328 MB)."""
     itemsize = _ITEMSIZES.get(tensor.data_type)
     if itemsize is None or not tensor.HasField("raw_data") or is_external(tensor):
         return False
@@ -140,19 +143,25 @@ def _sound_raw_tensor(tensor: TensorProto, cap: int) -> bool:
     if dims and min(dims) < 0:
         return False
     nbytes = math.prod(dims) * itemsize
-    return nbytes <= cap and len(tensor.raw_data) == nbytes
+    return nbytes <= cap and (len(tensor.raw_data) if raw_length is None else raw_length) == nbytes
 
 
-def check_tensors(model: ModelProto, *, max_tensor_bytes: int | None = None) -> None:
+def check_tensors(model: ModelProto, *, max_tensor_bytes: int | None = None,
+                  payloads: Sequence[tuple[int, int] | None] | None = None) -> None:
     """Check every tensor in the model: type, dimensions and size cap; payload length for inline tensors.
 
     External tensors are checked for their declaration only; their payload is checked against the
-    external file by :mod:`gsrewrite.model_io.external_data`.
+    external file by :mod:`gsrewrite.model_io.external_data`. ``payloads``: where each main-graph initializer's
+    ``raw_data`` lies in the serialized model (:func:`gsrewrite.model_io.weightless.initializer_payloads`), so
+    their lengths are read without copying them.
     """
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes
+    known = payloads if payloads is not None and len(payloads) == len(model.graph.initializer) else ()
     try:  # the common case, every tensor sound: no description is formatted
-        for tensor in tensor_protos(model):
-            if not _sound_raw_tensor(tensor, cap):  # the other kinds (and any problem) take the full checks
+        for index, tensor in enumerate(tensor_protos(model)):  # the main graph's initializers come first
+            payload = known[index] if index < len(known) else None
+            if not _sound_raw_tensor(tensor, cap, payload[1] if payload is not None else None):
+                # the other kinds (and any problem) take the full checks
                 checked_nbytes(tensor, "", cap)
                 if not is_external(tensor):
                     check_tensor_data(tensor, "")
