@@ -105,7 +105,7 @@ def test_given_the_serialized_model_the_arrays_are_views_of_its_payloads() -> No
 
 
 def test_payload_offsets_of_damaged_bytes_are_none_or_within_the_bytes() -> None:
-    from gsrewrite.model_io.weightless import initializer_payloads
+    from gsrewrite.model_io.wire import initializer_payloads
 
     weight, bias = _weights()
     data = _model(weight[:64], bias).SerializeToString()

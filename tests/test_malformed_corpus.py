@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from malformed import CASE_NAMES, MalformedCase, build_corpus
 
 from gsrewrite.cli import main
+from gsrewrite.errors import NotAnOnnxModelError
 from gsrewrite.model_io import load_model
 
 #: Commands that only read the model: name -> argument list for a given model path.
@@ -149,3 +150,30 @@ def _len_field(number: int, payload: bytes) -> bytes:
         size >>= 7
         if not size:
             return bytes(out) + payload
+
+
+def test_load_model_parses_from_a_mapping_it_closes(tmp_path: Path) -> None:
+    """The file is parsed from a read-only mapping: the model equals onnx's own load, holds its own bytes, and
+    the file is no longer mapped once load_model returns (it can be replaced, and nothing dangles)."""
+    import os
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weight, "w")])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    loaded = load_model(path)
+    if os.path.exists("/proc/self/maps"):
+        with open("/proc/self/maps") as maps:
+            assert str(path) not in maps.read()
+    path.write_bytes(b"\0" * path.stat().st_size)  # the file's bytes change under the loaded model
+    assert loaded.graph.initializer[0].raw_data == weight.tobytes()
+    assert (tmp_path / "empty.onnx").write_bytes(b"") == 0
+    with pytest.raises(NotAnOnnxModelError):
+        load_model(tmp_path / "empty.onnx")

@@ -13,7 +13,7 @@ import functools
 import mmap
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -23,6 +23,7 @@ from onnx import ModelProto, TensorProto
 from gsrewrite.errors import ExternalDataError, ModelTooLargeError
 from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.tensors import checked_nbytes, dtype_name, is_external
+from gsrewrite.model_io.wire import initializer_payloads
 
 _KNOWN_KEYS = {"location", "offset", "length", "checksum", "basepath"}
 
@@ -252,62 +253,10 @@ def _locations(name: str) -> set[str]:
 def _mentions_location(view: mmap.mmap) -> bool:
     """Whether the bytes ``location`` occur in the file outside the ``raw_data`` payloads of the main graph's
     initializers (where an inline model's weights are: skipping them makes the search cost nothing for them)."""
-    try:
-        payloads = list(_initializer_payloads(view))
-    except (IndexError, ValueError):  # not a well-formed model: search every byte
-        payloads = []
+    payloads = [found for found in initializer_payloads(view) or () if found is not None]  # malformed: none
     start = 0
-    for begin, end in payloads:
+    for begin, length in payloads:
         if view.find(b"location", start, begin) >= 0:
             return True
-        start = end
+        start = begin + length
     return view.find(b"location", start) >= 0
-
-
-_LEN = 2  # protobuf wire type of strings, bytes and messages
-_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9  # field numbers in onnx.proto
-
-
-def _initializer_payloads(view: mmap.mmap) -> Iterator[tuple[int, int]]:
-    """(start, end) of each ``raw_data`` payload of the main graph's initializers, in file order, read from the
-    protobuf wire format without parsing anything else."""
-    for field, begin, end in _fields(view, 0, len(view)):
-        if field == _MODEL_GRAPH:
-            for field2, begin2, end2 in _fields(view, begin, end):
-                if field2 == _GRAPH_INITIALIZER:
-                    yield from ((b, e) for f, b, e in _fields(view, begin2, end2) if f == _TENSOR_RAW_DATA)
-
-
-def _fields(view: mmap.mmap, pos: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(field number, payload start, payload end) of each length-delimited field in ``view[pos:end]``; other
-    wire types are skipped. Raises ValueError on a malformed message."""
-    while pos < end:
-        tag, pos = _varint(view, pos)
-        kind = tag & 7
-        if kind == 0:
-            _, pos = _varint(view, pos)
-        elif kind in (1, 5):
-            pos += 8 if kind == 1 else 4
-        elif kind == _LEN:
-            size, pos = _varint(view, pos)
-            if pos + size > end:
-                raise ValueError("field past the end of its message")
-            yield tag >> 3, pos, pos + size
-            pos += size
-        else:
-            raise ValueError(f"unexpected wire type {kind}")
-    if pos != end:
-        raise ValueError("field past the end of its message")
-
-
-def _varint(view: mmap.mmap, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = view[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")

@@ -106,7 +106,7 @@ _LISTS = {"node": "node", "initializer": "initializer", "input": "graph input", 
 UTF8_PARSE_LIMIT = 64 << 20
 
 
-def check_text(model: ModelProto, serialized: bytes | None = None) -> None:
+def check_text(model: ModelProto, serialized: bytes | memoryview | None = None) -> None:
     """Raise InvalidModelError naming the first string field (a node, tensor or graph name, ...) that is not
     valid UTF-8. Python protobuf parses such fields as ``bytes``; they could not be written back.
 
@@ -121,7 +121,7 @@ def check_text(model: ModelProto, serialized: bytes | None = None) -> None:
         raise InvalidModelError(_describe(*found))
 
 
-def _strings_valid(serialized: bytes) -> bool:
+def _strings_valid(serialized: bytes | memoryview) -> bool:
     """Whether every string field of the serialized ModelProto is UTF-8 (False also when this cannot tell)."""
     checker = _proto3_model()
     if checker is None:

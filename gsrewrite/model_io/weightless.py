@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import mmap
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,13 +22,29 @@ from onnx import ModelProto, TensorProto, helper
 
 from gsrewrite.errors import InvalidModelError, ModelNotFoundError
 from gsrewrite.model_io.loading import _checked_model, _read_file_checks
+from gsrewrite.model_io.wire import (
+    GRAPH_INITIALIZER as _GRAPH_INITIALIZER,
+)
+from gsrewrite.model_io.wire import (
+    LEN as _LEN,
+)
+from gsrewrite.model_io.wire import (
+    MODEL_GRAPH as _MODEL_GRAPH,
+)
+from gsrewrite.model_io.wire import (
+    TENSOR_RAW_DATA as _TENSOR_RAW_DATA,
+)
+from gsrewrite.model_io.wire import (
+    VARINT as _VARINT,
+)
+from gsrewrite.model_io.wire import (
+    all_fields as _all_fields,
+)
 
 #: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
 INLINE_LIMIT = 4096
 
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
-_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
-_TENSOR_RAW_DATA, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 9, 13, 14
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
 
 
 def load_weightless(path: str | os.PathLike[str], *, max_tensor_bytes: int | None = None) -> ModelProto:
@@ -91,28 +106,6 @@ def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
     return out
 
 
-def initializer_payloads(data: bytes) -> list[tuple[int, int] | None] | None:
-    """For each main-graph initializer of the serialized model ``data``, in order, where its ``raw_data``
-    payload is in ``data`` (offset, length), or None for one without; None when ``data`` is not laid out as one
-    graph field (the reader then copies the tensors instead)."""
-    try:
-        graphs = [(payload, end) for field, wire, _, payload, end in _all_fields(data, 0, len(data))
-                  if field == _MODEL_GRAPH and wire == _LEN]
-        if len(graphs) != 1:
-            return None
-        out: list[tuple[int, int] | None] = []
-        for field, wire, _, payload, end in _all_fields(data, *graphs[0]):
-            if field == _GRAPH_INITIALIZER and wire == _LEN:
-                found = None
-                for inner, inner_wire, _, start, stop in _all_fields(data, payload, end):
-                    if inner == _TENSOR_RAW_DATA and inner_wire == _LEN:
-                        found = (start, stop - start)  # the last one counts, as when parsing
-                out.append(found)
-        return out
-    except (IndexError, ValueError):
-        return None
-
-
 def _entry(key: str, value: str) -> bytes:
     """A StringStringEntryProto: key = field 1, value = field 2."""
     out = bytearray()
@@ -141,42 +134,6 @@ def _varint_bytes(value: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
-
-
-def _varint(view: mmap.mmap | bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = view[pos]
-        value |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _all_fields(view: mmap.mmap | bytes, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
-    """(field number, wire type, field start, payload start, field end) of every field in ``view[pos:end]``."""
-    while pos < end:
-        start = pos
-        tag, pos = _varint(view, pos)
-        wire = tag & 7
-        payload = pos
-        if wire == _VARINT:
-            _, pos = _varint(view, pos)
-        elif wire == _I64:
-            pos += 8
-        elif wire == _I32:
-            pos += 4
-        elif wire == _LEN:
-            size, payload = _varint(view, pos)
-            pos = payload + size
-        else:
-            raise ValueError(f"unexpected wire type {wire}")
-        if pos > end:
-            raise ValueError("field past the end of its message")
-        yield tag >> 3, wire, start, payload, pos
 
 
 @functools.lru_cache(maxsize=256)

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.graph.core import copy_fields
-from gsrewrite.model_io.weightless import initializer_payloads
+from gsrewrite.model_io.wire import initializer_payloads
 
 #: Initializers with at least this many bytes of ``raw_data`` are passed as arrays.
 MIN_TENSOR_BYTES = 4096
