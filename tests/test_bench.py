@@ -73,13 +73,43 @@ def test_a_model_that_cannot_be_serialized_is_timed_with_its_weights_as_arrays(m
     (simulated here: the serializer says "too large" for every model)."""
     from gsrewrite.pipelines import bench as bench_module
 
-    weight = np.random.default_rng(0).standard_normal((1024, 2560)).astype(np.float32)  # 10 MiB
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2560])],
-                              [numpy_helper.from_array(weight, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    monkeypatch.setattr(bench_module, "serialize", lambda m: None)
+    model, weight = _matmul_model(1024, 2560)  # 10 MiB of weights
+    from gsrewrite.validation import runner
+
+    monkeypatch.setattr(runner, "serialize", lambda m: None)
     session = bench_module.session(model, 1, "all")
     x = np.ones((1, 1024), np.float32)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weight, rtol=1e-4, atol=1e-3)
+
+
+def test_a_graph_over_2_gb_without_its_weights_is_timed_through_a_temporary_folder(monkeypatch, tmp_path) -> None:
+    """When neither the whole model nor its graph alone fits protobuf's 2 GB (simulated), bench passes the model
+    to onnxruntime as a file with external data in a temporary folder (as validation does), removed with the
+    session."""
+    import gc
+    import tempfile
+
+    from gsrewrite.pipelines import bench as bench_module
+    from gsrewrite.validation import runner
+
+    model, weight = _matmul_model(64, 32)
+    monkeypatch.setattr(runner, "serialize", lambda m: None)
+    monkeypatch.setattr(runner, "in_memory_model", lambda m, data=None: None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = bench_module.session(model, 1, "all")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gsrewrite-validate-")]
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ weight, rtol=1e-4, atol=1e-4)
+    del session
+    gc.collect()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("gsrewrite-validate-")]
+
+
+def _matmul_model(rows: int, cols: int) -> tuple[onnx.ModelProto, np.ndarray]:
+    """y = x @ w with a random [rows, cols] weight."""
+    weight = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
+                              [numpy_helper.from_array(weight, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), weight

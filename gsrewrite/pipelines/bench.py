@@ -9,6 +9,7 @@ writes onnxruntime's own offline-optimized model of the first model (its ``optim
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -21,8 +22,7 @@ import onnx
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
 from gsrewrite.model_io.functions import expansion_problem
-from gsrewrite.validation.in_memory import in_memory_model
-from gsrewrite.validation.runner import serialize
+from gsrewrite.validation.runner import ModelSource, model_argument
 
 ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
               "all": "ORT_ENABLE_ALL"}
@@ -94,26 +94,26 @@ def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimize
     options.log_severity_level = 4  # a model it cannot load is reported once, by us
     if optimized_path is not None:
         options.optimized_model_filepath = optimized_path
+    keep = contextlib.ExitStack()  # a temporary folder for a graph over 2 GB, if one is needed
     weights = None
     if isinstance(model, onnx.ModelProto):
         problem = expansion_problem(model)  # onnxruntime would expand them, in native code, for minutes
         if problem is not None:
             raise ValidationError(f"onnxruntime cannot load the model: {problem}")
-        source: str | bytes | None = serialize(model)
-        if source is None:  # over protobuf's 2 GB: the graph alone, the weights as arrays (validation.in_memory)
-            weights = in_memory_model(model)
-            if weights is None:
-                raise ValidationError("onnxruntime cannot load the model: over 2 GB even without its weights")
+        # serialized whole, as a user's program loads it; over 2 GB the weights go as arrays (validation.in_memory)
+        source, weights = model_argument(ModelSource("benchmarked", model), keep, in_memory_first=False)
+        if weights is not None:
             weights.add_to(options)
-            source = weights.data
     else:
         source = model
     try:
         opened = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime's own exception types
+        keep.close()
         raise ValidationError(f"onnxruntime cannot load {getattr(model, 'name', None) or 'the model'}: "
                               f"{str(exc).splitlines()[0]}") from None
-    opened._gsrewrite_weights = weights  # the arrays onnxruntime uses in place live as long as the session
+    # the arrays onnxruntime uses in place (and any temporary folder) live as long as the session
+    opened._gsrewrite_keep = (weights, keep)
     return opened
 
 

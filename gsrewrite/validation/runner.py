@@ -136,7 +136,7 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load the {source.role} model: {problem}")
     with contextlib.ExitStack() as stack:
-        model_arg, weights = _model_argument(source, stack)
+        model_arg, weights = model_argument(source, stack)
         if weights is not None:
             weights.add_to(options)  # the arrays are used in place: ``weights`` lives as long as the session
         start = time.perf_counter()
@@ -229,11 +229,16 @@ def _weight_bytes(model: onnx.ModelProto) -> int:
         return SINGLE_THREAD_BYTES + 1
 
 
-def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> tuple[str | bytes, InMemoryModel | None]:
-    """The path or bytes onnxruntime loads, and the weights it gets as arrays (an in-memory model's large ones)."""
+def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memory_first: bool = True
+                   ) -> tuple[str | bytes, InMemoryModel | None]:
+    """The path or bytes onnxruntime loads, and the weights it gets as arrays (an in-memory model's large ones):
+    the one place that decides how a model reaches onnxruntime. Validation splits the weights out first (faster
+    sessions); ``in_memory_first=False`` (bench: the model as a user's program loads it) serializes it whole and
+    splits only over protobuf's 2 GB. A graph over 2 GB even without its weights goes through a temporary folder
+    with external data, which lives as long as ``stack``."""
     if source.path is not None:
         return str(source.path), None
-    split = in_memory_model(source.proto, source.data)
+    split = in_memory_model(source.proto, source.data) if in_memory_first else None
     if split is not None:
         return split.data, split
     if source.data is not None:
@@ -241,6 +246,9 @@ def _model_argument(source: ModelSource, stack: contextlib.ExitStack) -> tuple[s
     serialized = serialize(source.proto)
     if serialized is not None:
         return serialized, None
+    split = None if in_memory_first else in_memory_model(source.proto)
+    if split is not None:
+        return split.data, split
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
     log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
     return str(write_with_external_data(source.proto, folder)), None
