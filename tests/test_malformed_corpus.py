@@ -177,3 +177,23 @@ def test_load_model_parses_from_a_mapping_it_closes(tmp_path: Path) -> None:
     assert (tmp_path / "empty.onnx").write_bytes(b"") == 0
     with pytest.raises(NotAnOnnxModelError):
         load_model(tmp_path / "empty.onnx")
+
+
+def test_load_model_reads_a_file_it_cannot_map(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the file system cannot map the file (mmap raises), the model is read instead: same model."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from gsrewrite.model_io import loading
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(loading.mmap, "mmap", refuse)
+    assert load_model(path) == onnx.load(path)

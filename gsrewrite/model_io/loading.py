@@ -61,16 +61,19 @@ def _mapped_file(name: str) -> Iterator[bytes | memoryview]:
     directly (GPT-2 base, 328 MB: 600 -> 340 ms against reading the file into bytes first, and the parsed model
     holds its own copy either way)."""
     _read_file_checks(name)
-    try:
-        with open(name, "rb") as f, contextlib.ExitStack() as stack:
-            if os.fstat(f.fileno()).st_size == 0:
-                yield b""
-                return
-            view = stack.enter_context(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            data = stack.enter_context(memoryview(view))
-            yield data
-    except OSError as exc:
-        raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
+    with contextlib.ExitStack() as stack:
+        try:  # only opening and mapping are reading the file: an OSError of the caller's block is its own
+            f = stack.enter_context(open(name, "rb"))
+            data: bytes | memoryview = b""
+            if os.fstat(f.fileno()).st_size:
+                try:
+                    data = stack.enter_context(memoryview(stack.enter_context(
+                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))))
+                except (OSError, ValueError):  # a file system that cannot map it: read it
+                    data = f.read()
+        except OSError as exc:
+            raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
+        yield data
 
 
 def _read_file_checks(name: str) -> None:
