@@ -22,24 +22,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from gsrewrite.errors import InvalidModelError, ModelNotFoundError
 from gsrewrite.model_io.loading import _checked_model, _read_file_checks
-from gsrewrite.model_io.wire import (
-    GRAPH_INITIALIZER as _GRAPH_INITIALIZER,
-)
-from gsrewrite.model_io.wire import (
-    LEN as _LEN,
-)
-from gsrewrite.model_io.wire import (
-    MODEL_GRAPH as _MODEL_GRAPH,
-)
-from gsrewrite.model_io.wire import (
-    TENSOR_RAW_DATA as _TENSOR_RAW_DATA,
-)
-from gsrewrite.model_io.wire import (
-    VARINT as _VARINT,
-)
-from gsrewrite.model_io.wire import (
-    all_fields as _all_fields,
-)
+from gsrewrite.model_io.wire import GRAPH_INITIALIZER, LEN, MODEL_GRAPH, TENSOR_RAW_DATA, VARINT, all_fields
 
 #: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
 INLINE_LIMIT = 4096
@@ -70,8 +53,8 @@ def load_weightless(path: str | os.PathLike[str], *, max_tensor_bytes: int | Non
 
 def _rebuilt(view: mmap.mmap, location: str) -> bytearray:
     out = bytearray()
-    for field, wire, start, payload, end in _all_fields(view, 0, len(view)):
-        if field == _MODEL_GRAPH and wire == _LEN:
+    for field, wire, start, payload, end in all_fields(view, 0, len(view)):
+        if field == MODEL_GRAPH and wire == LEN:
             _put_len(out, field, _graph(view, payload, end, location))
         else:
             out += view[start:end]
@@ -80,8 +63,8 @@ def _rebuilt(view: mmap.mmap, location: str) -> bytearray:
 
 def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
     out = bytearray()
-    for field, wire, start, payload, stop in _all_fields(view, pos, end):
-        if field == _GRAPH_INITIALIZER and wire == _LEN:
+    for field, wire, start, payload, stop in all_fields(view, pos, end):
+        if field == GRAPH_INITIALIZER and wire == LEN:
             _put_len(out, field, _tensor(view, payload, stop, location))
         else:
             out += view[start:stop]
@@ -91,8 +74,8 @@ def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
 def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
     out = bytearray()
     moved: tuple[int, int] | None = None
-    for field, wire, start, payload, stop in _all_fields(view, pos, end):
-        if field == _TENSOR_RAW_DATA and wire == _LEN and stop - payload > INLINE_LIMIT and moved is None:
+    for field, wire, start, payload, stop in all_fields(view, pos, end):
+        if field == TENSOR_RAW_DATA and wire == LEN and stop - payload > INLINE_LIMIT and moved is None:
             moved = (payload, stop - payload)
         elif field in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION) and moved is not None:
             raise ValueError("a tensor with raw_data and external data")
@@ -102,7 +85,7 @@ def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
         offset, length = moved
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
             _put_len(out, _TENSOR_EXTERNAL_DATA, _entry(key, value))
-        out += _tag(_TENSOR_DATA_LOCATION, _VARINT) + _varint_bytes(TensorProto.EXTERNAL)
+        out += _tag(_TENSOR_DATA_LOCATION, VARINT) + _varint_bytes(TensorProto.EXTERNAL)
     return out
 
 
@@ -119,7 +102,7 @@ def _tag(field: int, wire: int) -> bytes:
 
 
 def _put_len(out: bytearray, field: int, payload: bytes | bytearray) -> None:
-    out += _tag(field, _LEN)
+    out += _tag(field, LEN)
     out += _varint_bytes(len(payload))
     out += payload
 
