@@ -269,3 +269,13 @@ def _duplicate_output(path: Path) -> None:
 
 #: Every case name, in corpus order (usable at collection time for parametrization).
 CASE_NAMES: list[str] = [name for name, *_ in _CASES]
+
+
+def len_field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2) written by hand, for files protobuf would not write."""
+    out, size = bytearray([number << 3 | 2]), len(payload)
+    while True:
+        out.append((size & 0x7F) | (0x80 if size > 0x7F else 0))
+        size >>= 7
+        if not size:
+            return bytes(out) + payload

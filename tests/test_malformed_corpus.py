@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from malformed import CASE_NAMES, MalformedCase, build_corpus
+from malformed import CASE_NAMES, MalformedCase, build_corpus, len_field
 
 from gsrewrite.cli import main
 from gsrewrite.errors import NotAnOnnxModelError
@@ -129,8 +129,8 @@ def test_payload_lengths_from_the_bytes_follow_protobuf_when_raw_data_repeats(
     model.ClearField("graph")
     # the graph's initializer (field 5) and the model's graph (field 7) written by hand: fields may come in
     # any order, so the graph is its other fields, then the tensor with two raw_data fields
-    graph_bytes = graph.SerializeToString() + _len_field(5, tensor.SerializeToString() + extra)
-    data = model.SerializeToString() + _len_field(7, graph_bytes)
+    graph_bytes = graph.SerializeToString() + len_field(5, tensor.SerializeToString() + extra)
+    data = model.SerializeToString() + len_field(7, graph_bytes)
     parsed = onnx.ModelProto()
     parsed.ParseFromString(data)
     assert len(parsed.graph.initializer[0].raw_data) == (16 if last_is_right else 8)
@@ -141,15 +141,6 @@ def test_payload_lengths_from_the_bytes_follow_protobuf_when_raw_data_repeats(
     else:
         with pytest.raises(InvalidModelError):
             load_model(path)
-
-
-def _len_field(number: int, payload: bytes) -> bytes:
-    out, size = bytearray([number << 3 | 2]), len(payload)
-    while True:
-        out.append((size & 0x7F) | (0x80 if size > 0x7F else 0))
-        size >>= 7
-        if not size:
-            return bytes(out) + payload
 
 
 def test_load_model_parses_from_a_mapping_it_closes(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from malformed import len_field
 from onnx import TensorProto, helper, numpy_helper
 
 import gsrewrite
@@ -83,3 +84,44 @@ def test_shapes_check_runs_the_model_from_any_folder(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     done = CliRunner().invoke(main, ["shapes", str(path), "--check"])
     assert done.exit_code == 0 and "0 differ" in done.output, done.output
+
+
+@pytest.mark.parametrize("case", ["short_payload", "raw_data_twice", "sub_byte_type"])
+def test_large_inline_tensors_the_file_states_oddly_get_the_full_loaders_answer(tmp_path: Path, case: str) -> None:
+    """A large inline payload whose length differs from its declaration is refused as raw_data (the full loader's
+    message, not "external data in the model file"); a tensor with raw_data twice is read as protobuf reads it
+    (the last); a 4-bit tensor's payload is sized as the full loader sizes it (half a byte per element)."""
+    rows = 64
+    if case == "sub_byte_type":
+        tensor = TensorProto(name="w", data_type=TensorProto.UINT4, dims=[rows, 256], raw_data=bytes(rows * 128))
+        extra = b""
+    else:
+        tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[rows, 64],
+                             raw_data=bytes(8000 if case == "short_payload" else rows * 64 * 4))
+        # raw_data (field 9) once more, the right length: protobuf keeps the last one
+        extra = len_field(9, bytes(range(256)) * rows) if case == "raw_data_twice" else b""
+    nodes = [helper.make_node("Identity", ["w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", tensor.data_type, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    graph_bytes = graph.SerializeToString() + len_field(5, tensor.SerializeToString() + extra)
+    model.ClearField("graph")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString() + len_field(7, graph_bytes))
+    if case == "short_payload":
+        with pytest.raises(GsrewriteError) as full:
+            load_model(path)
+        with pytest.raises(GsrewriteError) as light:
+            load_weightless(path)
+        assert type(light.value) is type(full.value) and str(light.value) == str(full.value)
+        assert "raw_data" in str(light.value)
+        return
+    full_model, light_model = load_model(path), load_weightless(path)
+    stored = light_model.graph.initializer[0]
+    if stored.data_location == TensorProto.EXTERNAL:  # left in the file: its bytes are the tensor's
+        found = external_range(stored, str(tmp_path))
+        assert found is not None
+        _, offset, length, _ = found
+        stored_bytes = path.read_bytes()[offset:offset + length]
+    else:
+        stored_bytes = stored.raw_data
+    assert stored_bytes == full_model.graph.initializer[0].raw_data

@@ -22,12 +22,13 @@ from onnx import ModelProto, TensorProto, helper
 
 from gsrewrite.errors import InvalidModelError, ModelNotFoundError
 from gsrewrite.model_io.loading import _checked_model, _read_file_checks
+from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.model_io.wire import GRAPH_INITIALIZER, LEN, MODEL_GRAPH, TENSOR_RAW_DATA, VARINT, all_fields
 
 #: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
 INLINE_LIMIT = 4096
 
-_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+_TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 1, 2, 13, 14
 
 
 def load_weightless(path: str | os.PathLike[str], *, max_tensor_bytes: int | None = None) -> ModelProto:
@@ -72,17 +73,30 @@ def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
 
 
 def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
+    """The tensor's fields with a large ``raw_data`` payload replaced by a reference to it in the file. Raises
+    ValueError (the caller then parses the whole file, whose checks name the problem as the file has it) for a
+    tensor this cannot restate faithfully: a payload whose length differs from the declared shape and type
+    (refused as raw_data, not as external data), a second raw_data field, raw_data beside external data."""
     out = bytearray()
     moved: tuple[int, int] | None = None
+    declared = TensorProto()  # the type and dims alone, to size the payload
     for field, wire, start, payload, stop in all_fields(view, pos, end):
         if field == TENSOR_RAW_DATA and wire == LEN and stop - payload > INLINE_LIMIT and moved is None:
             moved = (payload, stop - payload)
-        elif field in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION) and moved is not None:
-            raise ValueError("a tensor with raw_data and external data")
+        elif field in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION, TENSOR_RAW_DATA) and moved is not None:
+            raise ValueError("a tensor with raw_data twice or with raw_data and external data")
         else:
+            if field in (_TENSOR_DIMS, _TENSOR_DATA_TYPE):
+                declared.MergeFromString(bytes(view[start:stop]))
             out += view[start:stop]
     if moved is not None:
         offset, length = moved
+        try:
+            size = declared_nbytes(declared)
+        except (KeyError, ValueError, TypeError):  # a type without a size: the loader's checks refuse it
+            size = length
+        if size != length:
+            raise ValueError("a raw_data payload of another length than the tensor declares")
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
             _put_len(out, _TENSOR_EXTERNAL_DATA, _entry(key, value))
         out += _tag(_TENSOR_DATA_LOCATION, VARINT) + _varint_bytes(TensorProto.EXTERNAL)
