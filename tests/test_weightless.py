@@ -125,3 +125,24 @@ def test_large_inline_tensors_the_file_states_oddly_get_the_full_loaders_answer(
     else:
         stored_bytes = stored.raw_data
     assert stored_bytes == full_model.graph.initializer[0].raw_data
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_a_file_system_that_cannot_map_files_still_profiles(tmp_path: Path, external: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where mmap is refused, the weightless load reads the file and the sparsity scan reads each weight's
+    range: the same model, the same profile (sparsity included)."""
+    import mmap
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(), path, save_as_external_data=external, location="w.bin", size_threshold=1024)
+    expected = gsrewrite.profile(path).to_dict()
+    light = load_weightless(path)
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    assert load_weightless(path) == light
+    profile = gsrewrite.profile(path)
+    assert profile.to_dict() == expected and profile.weights.zeros == 8

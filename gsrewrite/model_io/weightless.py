@@ -13,17 +13,24 @@ a 7 GB model costs its graph, not 7 GB.
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 from typing import Any
 
 import numpy as np
 from onnx import ModelProto, TensorProto, helper
 
-from gsrewrite.errors import InvalidModelError, ModelNotFoundError
-from gsrewrite.model_io.loading import _checked_model, _read_file_checks
+from gsrewrite.errors import InvalidModelError
+from gsrewrite.model_io.loading import _checked_model, _mapped_file
 from gsrewrite.model_io.tensors import declared_nbytes
-from gsrewrite.model_io.wire import GRAPH_INITIALIZER, LEN, MODEL_GRAPH, TENSOR_RAW_DATA, VARINT, all_fields
+from gsrewrite.model_io.wire import (
+    GRAPH_INITIALIZER,
+    LEN,
+    MODEL_GRAPH,
+    TENSOR_RAW_DATA,
+    VARINT,
+    Buffer,
+    all_fields,
+)
 
 #: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
 INLINE_LIMIT = 4096
@@ -34,25 +41,17 @@ _TENSOR_DIMS, _TENSOR_DATA_TYPE, _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 
 def load_weightless(path: str | os.PathLike[str], *, max_tensor_bytes: int | None = None) -> ModelProto:
     """The model at ``path`` with its large inline weights left in the file (see the module docstring)."""
     name = os.fspath(path)
-    _read_file_checks(name)
     base_dir = os.path.dirname(os.path.abspath(name))
     location = os.path.basename(name)
-    try:
-        with open(name, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                data = b""
-            else:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-                    try:
-                        data = bytes(_rebuilt(view, location))
-                    except (IndexError, ValueError):  # not well-formed: the full loader says what is wrong
-                        data = view[:]
-    except OSError as exc:
-        raise ModelNotFoundError(f"cannot read model file '{name}': {exc.strerror}") from exc
+    with _mapped_file(name) as view:  # the file's bytes in place (read, where it cannot be mapped)
+        try:
+            data = bytes(_rebuilt(view, location)) if view else b""
+        except (IndexError, ValueError):  # not well-formed: the full loader says what is wrong
+            return _checked_model(view, name, base_dir, False, max_tensor_bytes)
     return _checked_model(data, name, base_dir, False, max_tensor_bytes)
 
 
-def _rebuilt(view: mmap.mmap, location: str) -> bytearray:
+def _rebuilt(view: Buffer, location: str) -> bytearray:
     out = bytearray()
     for field, wire, start, payload, end in all_fields(view, 0, len(view)):
         if field == MODEL_GRAPH and wire == LEN:
@@ -62,7 +61,7 @@ def _rebuilt(view: mmap.mmap, location: str) -> bytearray:
     return out
 
 
-def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
+def _graph(view: Buffer, pos: int, end: int, location: str) -> bytearray:
     out = bytearray()
     for field, wire, start, payload, stop in all_fields(view, pos, end):
         if field == GRAPH_INITIALIZER and wire == LEN:
@@ -72,7 +71,7 @@ def _graph(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
     return out
 
 
-def _tensor(view: mmap.mmap, pos: int, end: int, location: str) -> bytearray:
+def _tensor(view: Buffer, pos: int, end: int, location: str) -> bytearray:
     """The tensor's fields with a large ``raw_data`` payload replaced by a reference to it in the file. Raises
     ValueError (the caller then parses the whole file, whose checks name the problem as the file has it) for a
     tensor this cannot restate faithfully: a payload whose length differs from the declared shape and type

@@ -613,15 +613,23 @@ class _MappedFiles:
     page cache). A file is mapped at its size when first read, and every range is checked against that size."""
 
     def __init__(self) -> None:
-        self._maps: dict[str, mmap.mmap] = {}
+        self._maps: dict[str, mmap.mmap | None] = {}
         self._lock = threading.Lock()
 
     def view(self, path: str, offset: int, count: int, dtype: np.dtype[Any]) -> np.ndarray:
         with self._lock:
-            found = self._maps.get(path)
-            if found is None:
+            if path not in self._maps:
                 with open(path, "rb") as f:
-                    found = self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    try:
+                        self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    except (OSError, ValueError):  # a file system that cannot map it: each range is read
+                        self._maps[path] = None
+            found = self._maps[path]
+        if found is None:
+            values = np.fromfile(path, dtype=dtype, count=count, offset=offset)
+            if values.size != count:
+                raise ValueError("the weight file is shorter than its tensors say")
+            return values
         if offset < 0 or offset + count * dtype.itemsize > len(found):
             raise ValueError("the weight file is shorter than its tensors say")
         return np.ndarray((count,), dtype=dtype, buffer=found, offset=offset)
@@ -629,8 +637,9 @@ class _MappedFiles:
     def close(self) -> None:
         with self._lock:
             for mapped in self._maps.values():
-                with contextlib.suppress(BufferError):  # a view still alive: the mapping closes when it goes
-                    mapped.close()
+                if mapped is not None:
+                    with contextlib.suppress(BufferError):  # a view still alive: it closes when the view goes
+                        mapped.close()
             self._maps.clear()
 
 
