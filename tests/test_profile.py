@@ -363,10 +363,14 @@ def test_sparsity_scan_restores_the_switch_interval_and_survives_a_short_file(tm
                 pass
             assert sys.getswitchinterval() == pytest.approx(costs._SWITCH_INTERVAL)
         assert sys.getswitchinterval() == pytest.approx(0.002)
-        found = costs._weight_stats(tensor, str(tmp_path))
+        files = costs._MappedFiles()
+        found = costs._weight_stats(tensor, str(tmp_path), files)
+        files.close()
         assert found is not None and found.zeros == 64
         (tmp_path / "w.data").write_bytes(weight.tobytes()[:-4])
-        assert costs._weight_stats(tensor, str(tmp_path)) is None
+        files = costs._MappedFiles()
+        assert costs._weight_stats(tensor, str(tmp_path), files) is None
+        files.close()
         model = helper.make_model(helper.make_graph(
             [helper.make_node("MatMul", ["a", "w"], ["y"])], "g", [_x("a", [2, 64])],
             [helper.make_tensor_value_info("y", F, None)], [tensor]), opset_imports=[helper.make_opsetid("", 17)])

@@ -152,7 +152,7 @@ def check_tensors(model: ModelProto, *, max_tensor_bytes: int | None = None,
 
     External tensors are checked for their declaration only; their payload is checked against the
     external file by :mod:`gsrewrite.model_io.external_data`. ``payloads``: where each main-graph initializer's
-    ``raw_data`` lies in the serialized model (:func:`gsrewrite.model_io.weightless.initializer_payloads`), so
+    ``raw_data`` lies in the serialized model (:func:`gsrewrite.model_io.wire.initializer_payloads`), so
     their lengths are read without copying them.
     """
     cap = DEFAULT_MAX_TENSOR_BYTES if max_tensor_bytes is None else max_tensor_bytes

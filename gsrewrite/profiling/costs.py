@@ -393,8 +393,10 @@ class _SparsityJobs:
 
     def start(self, constants: Mapping[str, onnx.TensorProto], names: Iterable[str]) -> None:
         """Start the weights among ``names`` (in the order the walk will need them) that are large enough."""
+        if not self._enabled:
+            return
         todo: dict[str, onnx.TensorProto] = {}
-        for name in names if self._enabled and self._pool is None else ():
+        for name in names:
             tensor = constants[name]
             if name not in todo and math.prod(tensor.dims) >= SPARSITY_MIN_ELEMENTS:
                 todo[name] = tensor
@@ -565,8 +567,7 @@ def _attr(attr: onnx.AttributeProto) -> Any:
     return value
 
 
-def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None,
-                  files: _MappedFiles | None = None) -> WeightStats | None:
+def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None, files: _MappedFiles) -> WeightStats | None:
     elements = math.prod(tensor.dims)
     if elements < SPARSITY_MIN_ELEMENTS:
         return None
@@ -581,11 +582,7 @@ def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None,
             path, offset, length, dtype = found
             if not _countable(dtype) or length != elements * dtype.itemsize:
                 return None
-            with contextlib.ExitStack() as stack:
-                if files is None:
-                    files = _MappedFiles()
-                    stack.callback(files.close)
-                return _zero_stats(_chunks(files.view(path, offset, elements, dtype)), elements, last)
+            return _zero_stats(_chunks(files.view(path, offset, elements, dtype)), elements, last)
         array = numpy_helper.to_array(tensor)
     except Exception:  # an unreadable or exotic type, a file shorter than its tensors: no sparsity, not an error
         return None
