@@ -503,3 +503,13 @@ def dim_of(value: object) -> DimValue | None:
     if isinstance(value, str) and value:
         return from_dim_param(value)
     return None
+
+
+def symbol_name(value: object) -> str | None:
+    """The name of ``value`` when it is exactly one symbol (``batch``, not ``batch + 1`` or ``2*batch``)."""
+    if not isinstance(value, Expr) or len(value.terms) != 1:
+        return None
+    monomial, coefficient = value.terms[0]
+    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1 or not isinstance(monomial[0][0], Sym):
+        return None
+    return monomial[0][0].name

@@ -43,6 +43,18 @@ class InputSet:
     mask_offset: int = 0
 
     @property
+    def choices(self) -> int:
+        """How many values the inputs the graph compares with constants can take (1 without such inputs)."""
+        return max((len(plan.choices) for plan in self.plans), default=1) or 1
+
+    def with_choice(self, choice: int) -> InputSet:
+        """This set with the ``choice``-th of the values compared with (see :meth:`choices`)."""
+        if self.choices == 1:
+            return self
+        plans = [dataclasses.replace(p, choice=choice) if p.choices else p for p in self.plans]
+        return dataclasses.replace(self, plans=plans, described={p.name: p.describe() for p in plans})
+
+    @property
     def mask_rows(self) -> int:
         """Rows of the generated masks in one run (0 without a mask)."""
         return max((plan.shape[0] for plan in self.plans if plan.mask), default=0)
@@ -113,9 +125,11 @@ def build_set(model: onnx.ModelProto, specs: Sequence[InputSpec], size: SizeSet,
     if given is not None and index == 0:
         return InputSet(size, describe_given(given), given=given)
     if like is not None and like.plans:
-        plans = [dataclasses.replace(plan, shape=size.shapes[plan.name]) for plan in like.plans]
+        plans = [dataclasses.replace(plan, shape=size.shapes[plan.name],
+                                     start=None if plan.start is None else size.positions_start)
+                 for plan in like.plans]
     else:
-        plans = plan_inputs(model, specs, size.shapes)
+        plans = plan_inputs(model, specs, size.shapes, positions_start=size.positions_start)
     for plan in plans:
         log.info("input %s (%s set): %s", plan.name, size.name, plan.describe())
     return InputSet(size, {p.name: p.describe() for p in plans}, plans, seed=seed, index=index)

@@ -17,6 +17,7 @@ input order:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +30,12 @@ from gsrewrite.errors import InputDataError
 from gsrewrite.validation.index_bounds import gather_index_bounds
 from gsrewrite.validation.shapes import OTHER_DEFAULT, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import InputSpec
+from gsrewrite.validation.value_hints import compared_values, is_position
 
 #: Exclusive upper bound of integer inputs that do not index a table.
 DEFAULT_INT_HIGH = 2
+#: Inputs of at most this many elements may take the values the graph compares them with (a flag, a rate).
+MAX_CHOICE_ELEMENTS = 16
 #: The kinds of mask rows, drawn in turn.
 MASK_KINDS = ("right padding", "left padding", "no padding", "holes")
 
@@ -47,10 +51,20 @@ class InputPlan:
     high: int | None = None
     #: an attention mask: every row keeps its first position (see the module doc)
     mask: bool = False
+    #: token positions: ``start, start + 1, ...`` along the last axis, on every row
+    start: int | None = None
+    #: values the graph compares this input with: the input is filled with ``choices[choice]``
+    choices: tuple[float, ...] = ()
+    choice: int = 0
 
     def draw(self, rng: np.random.Generator, mask_offset: int = 0) -> np.ndarray:
         """One random array following the plan (``mask_offset``: the kind of a mask's first row)."""
         kind = self.dtype.kind
+        if self.choices:
+            return np.full(self.shape, self.choices[self.choice % len(self.choices)], dtype=self.dtype)
+        if self.start is not None and self.shape:
+            positions = np.arange(self.start, self.start + self.shape[-1], dtype=self.dtype)
+            return np.ascontiguousarray(np.broadcast_to(positions, self.shape))
         if self.mask and len(self.shape) == 2:
             return draw_mask(rng, self.shape, self.dtype, mask_offset)
         if kind == "b":  # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime refuses
@@ -62,7 +76,13 @@ class InputPlan:
 
     def describe(self) -> dict[str, Any]:
         """Shape, dtype, source and value range, for the report."""
-        if self.mask:
+        if self.choices:
+            value = self.choices[self.choice % len(self.choices)]
+            among = ", ".join(f"{v:g}" for v in self.choices)
+            values = f"{value:g}, of the values the graph compares it with ({among})"
+        elif self.start is not None:
+            values = f"positions {self.start}, {self.start + 1}, ... on every row"
+        elif self.mask:
             values = "0/1 mask rows: " + ", ".join(MASK_KINDS) + " in turn (never fully masked)"
         elif self.dtype.kind in "iu":
             values = f"uniform integers in [{self.low}, {self.high})"
@@ -75,13 +95,16 @@ class InputPlan:
 
 def plan_inputs(
     model: onnx.ModelProto, specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None,
-    other_size: int = OTHER_DEFAULT,
+    other_size: int = OTHER_DEFAULT, positions_start: int = 0,
 ) -> list[InputPlan]:
     """Decide shape and value range of every input (raises before anything runs when it cannot);
-    ``other_size``: the size of dynamic dims that are not batch-like."""
+    ``other_size``: the size of dynamic dims that are not batch-like; ``positions_start``: the first position
+    of position inputs (a decoder's past length)."""
     shapes = resolve_shapes(specs, input_shapes, other_size)
     int_names = [s.name for s in specs if s.dtype.kind in "iu"]
     bounds = gather_index_bounds(model.graph, int_names)
+    small = [s.name for s in specs if s.dtype.kind in "biuf" and math.prod(shapes[s.name]) <= MAX_CHOICE_ELEMENTS]
+    compared = compared_values(model.graph, small) if small else {}
     plans = []
     for spec in specs:
         dtype = spec.dtype
@@ -89,7 +112,11 @@ def plan_inputs(
             raise InputDataError(
                 f"cannot generate values for input {spec.name!r} of type {spec.type_name}; pass --inputs"
             )
-        if dtype.kind in "iu":
+        if spec.name in compared:
+            plans.append(InputPlan(spec.name, shapes[spec.name], dtype, choices=tuple(compared[spec.name])))
+        elif dtype.kind in "iu" and is_position(spec.name) and shapes[spec.name]:
+            plans.append(InputPlan(spec.name, shapes[spec.name], dtype, start=positions_start))
+        elif dtype.kind in "iu":
             high = min(bounds.get(spec.name, DEFAULT_INT_HIGH), int(np.iinfo(dtype).max) + 1)
             is_mask = spec.name not in bounds and _is_mask(spec.name, shapes[spec.name])
             plans.append(InputPlan(spec.name, shapes[spec.name], dtype, 0, high, mask=is_mask))

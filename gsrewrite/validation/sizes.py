@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gsrewrite.errors import InputDataError
+from gsrewrite.validation.dims import LONG_PAST, PREFILL_TOKENS, InputDims
 from gsrewrite.validation.shapes import default_dim
 from gsrewrite.validation.signature import InputSpec
 
@@ -33,10 +35,14 @@ Shapes = dict[str, tuple[int, ...]]
 
 @dataclass(frozen=True)
 class SizeSet:
-    """One set of concrete input shapes: ``name`` is ``sample``, ``small`` or ``long``."""
+    """One set of concrete input shapes: ``name`` is ``sample``, ``small`` or ``long`` (a decoder's:
+    ``decode``, ``prefill``, ``long past``); ``bindings``: the sizes of the free dim symbols, when known."""
 
     name: str
     shapes: Shapes
+    bindings: Mapping[str, int] | None = None
+    #: the first position of position inputs (a decoder's past length)
+    positions_start: int = 0
 
     def describe(self) -> str:
         """``long (input_ids 2x64, attention_mask 2x64)``, for messages."""
@@ -59,6 +65,48 @@ def size_sets(specs: Sequence[InputSpec], sample: Shapes, fixed: Mapping[str, ob
         if all(shapes != s.shapes for s in sets):
             sets.append(SizeSet(name, shapes))
     return sets
+
+
+def related_size_sets(dims: InputDims, sample: Mapping[str, int]) -> list[SizeSet]:
+    """The size sets of :func:`size_sets` for dims the graph relates (:class:`InputDims`), scaled symbol by
+    symbol so that derived dims follow (a decoder's mask stays past + new tokens). A decoder gets its own sets:
+    the sample (a decode step), a prefill (no past, :data:`PREFILL_TOKENS` new tokens) and a long past
+    (:data:`LONG_PAST`, within the model's position tables). Sets the dims cannot take are left out."""
+    fixed = dims.fixed
+    if dims.is_decoder:
+        new = dims.new_tokens
+        past = [name for name, role in dims.roles.items() if role == "past" and name in sample]
+        prefill = {**sample, **{n: 0 for n in past if n not in fixed},
+                   **{n: PREFILL_TOKENS for n in new if n not in fixed}}
+        long = {**sample, **{n: 1 for n in new if n not in fixed}, **{n: 0 for n in past if n not in fixed}}
+        limit = _past_limit(dims, long)
+        longest = LONG_PAST if limit is None else max(0, min(LONG_PAST, limit // max(len(past), 1)))
+        long.update({n: longest for n in past if n not in fixed})
+        candidates = [("decode", dict(sample)), ("prefill", prefill), ("long past", long)]
+    else:
+        small = {n: v if n in fixed else _small(dims.roles.get(n, "sequence"), v) for n, v in sample.items()}
+        long = {n: v if n in fixed else _long(dims.roles.get(n, "sequence"), v) for n, v in sample.items()}
+        candidates = [("sample", dict(sample)), ("small", small), ("long", long)]
+    sets: list[SizeSet] = []
+    for name, bindings in candidates:
+        try:
+            shapes = dims.shapes(bindings)
+        except InputDataError:
+            continue
+        if all(shapes != s.shapes for s in sets):
+            sets.append(SizeSet(name, shapes, bindings, dims.positions_start(bindings)))
+    return sets
+
+
+def _past_limit(dims: InputDims, no_past: Mapping[str, int]) -> int | None:
+    """The longest past the position tables allow (positions start at the past length): the smallest table's
+    rows less the new tokens; None without a table (or when the inputs cannot take these sizes)."""
+    try:
+        shapes = dims.shapes(no_past)
+    except InputDataError:
+        return None
+    room = [rows - (shapes[name][-1] if shapes[name] else 1) for name, rows in dims.position_rows.items() if rows]
+    return min(room) if room else None
 
 
 def _roles(specs: Sequence[InputSpec]) -> dict[str, str]:

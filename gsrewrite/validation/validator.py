@@ -12,15 +12,16 @@ import numpy as np
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
 from gsrewrite.validation.control import control_inputs
+from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
-from gsrewrite.validation.memory import default_budget, parse_size
+from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
-from gsrewrite.validation.sizes import Shapes, SizeSet, size_sets, symbols_consistent
+from gsrewrite.validation.sizes import Shapes, SizeSet, related_size_sets, size_sets, symbols_consistent
 
 log = logging.getLogger(__name__)
 
@@ -113,35 +114,59 @@ class Validator:
 
     def _first_set(self, session: Session, given: dict[str, np.ndarray] | None, input_shapes: ShapeSpec | None
                    ) -> tuple[InputSet, list[SizeSet], list[dict[str, Any]]]:
-        """The sample set, the size sets that fit the budget, and the original's outputs on the sample. Generated
-        inputs whose dynamic dims the original rejects (a convolution wider than 16 samples) are generated again
-        with those dims larger (GROWN_DEFAULTS)."""
+        """The sample set, the size sets that fit the budget, and the original's outputs on the sample.
+
+        Generated inputs follow the relations the graph ties the input dims with (:mod:`gsrewrite.validation.dims`);
+        where the original still rejects them, the relations the graph only suggests, dims grown larger
+        (GROWN_DEFAULTS: a convolution wider than 16 samples) and the other values an input is compared with are
+        tried in turn, and when none runs the error says what was tried."""
         proto = self.original.proto
+        dims = input_dims(proto, input_shapes, self.specs)
         if given is not None:
             sample = {name: tuple(array.shape) for name, array in given.items()}
-            sizes = self._sizes(sample, None) if symbols_consistent(self.specs, sample) else [SizeSet("sample", sample)]
+            bindings = dims.bindings_of(sample)
+            if bindings is not None:
+                sizes = self._fit(related_size_sets(dims, bindings))
+            else:
+                sizes = self._sizes(sample, None) if symbols_consistent(self.specs, sample) \
+                    else [SizeSet("sample", sample)]
             first = build_set(proto, self.specs, sizes[0], 0, self.seed, given)
             return first, sizes, [_run(session, first.feed(run), first.described, proto) for run in range(self.runs)]
-        tried: list[Shapes] = []
-        for other in GROWN_DEFAULTS:
-            shapes = resolve_shapes(self.specs, input_shapes, other)
-            if tried and shapes == tried[-1]:
-                break  # no dynamic dim follows the size: a larger one cannot help
-            sizes = self._sizes(shapes, input_shapes)
-            first = build_set(proto, self.specs, sizes[0], 0, self.seed)
+        failures: list[str] = []
+        seen: list[Shapes] = []
+        for candidate, other in _attempts(dims):
             try:
-                return first, sizes, [_run(session, first.feed(run), first.described, proto)
-                                      for run in range(self.runs)]
-            except CannotValidateError:
-                raise  # out of time: larger inputs cannot help
-            except ValidationError:
-                if sum(math.prod(s) for s in shapes.values()) * 16 > MAX_GROWN_ELEMENTS:
-                    raise
-                tried.append(shapes)
-                log.info("the original rejects generated inputs of shapes %s: trying larger dynamic dims", shapes)
-        sizes = self._sizes(resolve_shapes(self.specs, input_shapes), input_shapes)
-        first = build_set(proto, self.specs, sizes[0], 0, self.seed)
-        return first, sizes, [_run(session, first.feed(run), first.described, proto) for run in range(self.runs)]
+                sizes = self._fit(related_size_sets(candidate, candidate.sample_bindings(other)))
+            except MemoryBudgetError:
+                raise  # larger inputs need more memory still
+            except InputDataError as exc:
+                failures.append(str(exc).splitlines()[0])
+                continue
+            if sizes[0].shapes in seen:
+                continue  # no dim follows this change: the same inputs again cannot help
+            seen.append(sizes[0].shapes)
+            first = build_set(proto, self.specs, sizes[0], 0, self.seed)
+            for choice in range(first.choices):
+                attempt = first.with_choice(choice)
+                try:
+                    return attempt, sizes, [_run(session, attempt.feed(run), attempt.described, proto)
+                                            for run in range(self.runs)]
+                except CannotValidateError:
+                    raise  # out of time: other inputs cannot help
+                except ValidationError as exc:
+                    failures.append(str(exc).splitlines()[0])
+                    log.info("the original rejects generated inputs %s: %s", sizes[0].describe(), failures[-1])
+            if sum(math.prod(s) for s in sizes[0].shapes.values()) * 16 > MAX_GROWN_ELEMENTS:
+                break
+        tied = "; ".join(dims.solution.describe())
+        raise ValidationError(f"{failures[0]}" + (f" [input dims tied by the graph: {tied}]" if tied else "") +
+                              (f" ({len(failures) - 1} other input set(s) tried, rejected too)"
+                               if len(failures) > 1 else ""))
+
+    def _fit(self, sets: list[SizeSet]) -> list[SizeSet]:
+        if not sets:
+            raise InputDataError("no input sizes fit the dims the graph ties together")
+        return fit_budget(self.original.proto, self.specs, sets, self.budget)
 
     def _sizes(self, sample: Shapes, input_shapes: ShapeSpec | None) -> list[SizeSet]:
         return fit_budget(self.original.proto, self.specs, size_sets(self.specs, sample, input_shapes), self.budget)
@@ -166,6 +191,15 @@ class Validator:
         )
         log.info("%s", report.summary())
         return report
+
+
+def _attempts(dims: InputDims) -> list[tuple[InputDims, int]]:
+    """The dims to generate inputs with, in the order tried: with each relation the graph suggests (a
+    decoder's mask over its past and new tokens), then as they are; each at the default size of the other
+    dims, then grown (GROWN_DEFAULTS)."""
+    variants = [d for d in (dims.with_suggestion(i) for i in range(len(dims.solution.suggested))) if d is not None]
+    variants.append(dims)
+    return [(variant, other) for other in GROWN_DEFAULTS for variant in variants]
 
 
 def _size_entry(input_set: InputSet) -> dict[str, Any]:
