@@ -18,6 +18,18 @@ Run with the fixture venv (tests/fixtures/README.md); ~45 s for the default 8 mo
     /work/fixture-venv/bin/python benchmarks/make_base_width.py
     /work/fixture-venv/bin/python benchmarks/make_base_width.py --only bert --variant legacy14
 
+``--kv`` exports decoders WITH a KV cache instead (``tests/fixtures/make_kv_models.py``: optimum's signatures,
+variants ``legacy14_kv`` and ``dynamo_kv``) into ``benchmarks/_work/base_kv/``: GPT-2 (``gpt2``: hidden 768, 12
+heads, 6 layers, vocab 50257, 2048 positions so that a past of 1024 fits) and a LLaMA-style decoder (``llama``:
+hidden 1024, 16 query / 4 KV heads, 6 layers, intermediate 2816, vocab 32000); ``--only llama_2g`` makes a
+2.3 GB one (hidden 2048, 32 / 8 heads, 10 layers, intermediate 5632, vocab 32000) with its weights in
+``NAME.VARIANT.onnx.data``.  Traced at (batch, sequence, past) ``KV_TRACE``, checked against PyTorch at
+``KV_CHECKED``; ``inputs.npz`` / ``outputs.npz`` hold the decode step ``KV_DECODE`` (batch 1, 1 new token, past
+128), ``prefill.inputs.npz`` / ``prefill.outputs.npz`` the prefill ``KV_PREFILL`` (128 tokens)::
+
+    /work/fixture-venv/bin/python benchmarks/make_base_width.py --kv                     # gpt2, llama: ~3 min
+    /work/fixture-venv/bin/python benchmarks/make_base_width.py --kv --only llama_2g     # 2.3 GB: 2-4 min per variant
+
 ``--time`` (project venv; needs only numpy and onnxruntime) times every model of the folder in onnxruntime
 (CPU, 1 thread, ORT_ENABLE_ALL, interleaved), with ``--optimize`` also after ``gsrewrite optimize``, and
 writes ``TIMES.md`` next to them (docs/benchmarks.md)::
@@ -41,6 +53,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "fixtures"))
 
+import make_kv_models as kv  # noqa: E402
 import make_models as mm  # noqa: E402
 
 OUT_DIR = HERE / "_work" / "base"
@@ -59,6 +72,23 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# --kv: decoders with a cache.  (batch, sequence, past)
+KV_OUT_DIR = HERE / "_work" / "base_kv"
+KV_TRACE = (2, 8, 16)
+KV_DECODE, KV_PREFILL = (1, 1, 128), (1, 128, 0)
+KV_CHECKED = (KV_TRACE, KV_PREFILL, (1, 1, 1024), KV_DECODE)  # KV_PREFILL and KV_DECODE (last) are stored
+LLAMA_KV = {"hidden_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "intermediate_size": 2816, "vocab_size": 32000, "max_position_embeddings": 4096}  # fmt: skip
+KV_CONFIGS: dict[str, dict[str, Any]] = {
+    "gpt2": {**{k: v for k, v in CONFIGS["gpt2"].items() if k != "use_cache"}, "n_positions": 2048},
+    "llama": LLAMA_KV,
+    "llama_2g": {**LLAMA_KV, "hidden_size": 2048, "num_hidden_layers": 10, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "intermediate_size": 5632},
+}  # fmt: skip
+KV_DEFAULT = ("gpt2", "llama")  # llama_2g (2.3 GB of weights) on request
+EXTERNAL = {"llama_2g"}  # over 2 GB: weights in NAME.VARIANT.onnx.data
+
+
 def base_spec(name: str) -> mm.Spec:
     """The fixture ``Spec`` of ``name`` with its base-width config."""
     return dataclasses.replace(mm.SPECS[name], config=CONFIGS[name])
@@ -67,6 +97,11 @@ def base_spec(name: str) -> mm.Spec:
 def shapes(variant: str) -> list[tuple[int, int]]:
     """Export at the first, check at each, store the last (make_models.default_shapes semantics)."""
     return [(BATCH, SEQ), CHECK, (BATCH, SEQ)] if variant.endswith("_dyn") else [(BATCH, SEQ)]
+
+
+def kv_spec(name: str) -> kv.KvSpec:
+    """The KV fixture spec of ``name`` (``llama_2g``: LLaMA's) with its base-width config."""
+    return dataclasses.replace(kv.SPECS[name.split("_")[0]], name=name, config=KV_CONFIGS[name])
 
 
 @dataclasses.dataclass
@@ -101,11 +136,34 @@ def make_one(name: str, variant: str, out_dir: Path) -> Made:
     return made
 
 
-def write_manifest(made: list[Made], out_dir: Path) -> None:
+def make_kv_one(name: str, variant: str, out_dir: Path, perturb: bool = True) -> Made:
+    """Export, check and write the KV-cache decoder ``name.variant``; the notes say how long each part took."""
+    external = name in EXTERNAL
+    res = kv.export_kv(kv_spec(name), variant, out_dir, KV_CHECKED, KV_TRACE, external=external, perturb=perturb)
+    made = Made(res.stem, res.export_s + res.check_s, res.max_diff, res.error)
+    if res.model is not None:
+        made.nodes = len(res.model.graph.node)
+        made.mb = sum(p.stat().st_size for p in res.files if p.suffix in (".onnx", ".data")) / 1e6
+        notes = [f"export {res.export_s:.0f} s, check {res.check_s:.0f} s", "weights in .onnx.data" * external,
+                 "norms: HF init" * (not perturb)]  # fmt: skip
+        made.note = "; ".join(filter(None, notes))
+        if res.max_diff > ATOL:
+            made.error = f"max |ort - torch| {res.max_diff:.1e} > {ATOL:g}"
+    for path in res.files:
+        print(f"  wrote {path}", flush=True)
+    return made
+
+
+INTRO = (f"Batch {BATCH}, sequence {SEQ} (npz files); `_dyn` also checked at batch {CHECK[0]}, sequence {CHECK[1]}.  "
+         f"`max diff` = largest |onnxruntime - PyTorch eager| (tolerance {ATOL:g}).")  # fmt: skip
+KV_INTRO = (f"KV-cache decoders (tests/fixtures/make_kv_models.py).  (batch, sequence, past): traced at {KV_TRACE}, "
+            f"checked at {', '.join(map(str, KV_CHECKED))}; npz: decode step {KV_DECODE}, prefill {KV_PREFILL}.  "
+            f"`max diff` = largest |onnxruntime - PyTorch eager| (tolerance {ATOL:g}).")  # fmt: skip
+
+
+def write_manifest(made: list[Made], out_dir: Path, intro: str = INTRO) -> None:
     """MANIFEST.md: size, nodes, check and export time of every model of this run."""
-    lines = ["# Base-width models (generated by `benchmarks/make_base_width.py`; do not edit)", "",
-             f"Batch {BATCH}, sequence {SEQ} (npz files); `_dyn` also checked at batch {CHECK[0]}, sequence "
-             f"{CHECK[1]}.  `max diff` = largest |onnxruntime - PyTorch eager| (tolerance {ATOL:g}).", "",
+    lines = ["# Base-width models (generated by `benchmarks/make_base_width.py`; do not edit)", "", intro, "",
              "| file | MB | nodes | max diff | export + check s | notes |", "|---|---|---|---|---|---|"]  # fmt: skip
     rows = _kept_rows(out_dir, {m.stem for m in made})
     for m in made:
@@ -124,17 +182,18 @@ def _kept_rows(out_dir: Path, remade: set[str]) -> dict[str, str]:
     return rows
 
 
-def generate(names: list[str], variants: list[str], out_dir: Path) -> int:
-    """Export every (name, variant) into ``out_dir``; return the number of failures."""
+def generate(names: list[str], variants: list[str], out_dir: Path, kv_cache: bool = False,
+             perturb: bool = True) -> int:  # fmt: skip
+    """Export every (name, variant) into ``out_dir`` (``kv_cache``: the KV-cache decoders); return the failures."""
     out_dir.mkdir(parents=True, exist_ok=True)
     made = []
     for name in names:
         for variant in variants:
-            m = make_one(name, variant, out_dir)
+            m = make_kv_one(name, variant, out_dir, perturb) if kv_cache else make_one(name, variant, out_dir)
             status = m.error or f"{m.mb:.0f} MB, {m.nodes} nodes, max diff {m.max_diff:.1e}"
-            print(f"{m.stem:20s} {m.seconds:6.0f} s  {status}", flush=True)
+            print(f"{m.stem:20s} {m.seconds:6.0f} s  {status} {m.note}", flush=True)
             made.append(m)
-    write_manifest(made, out_dir)
+    write_manifest(made, out_dir, KV_INTRO if kv_cache else INTRO)
     return sum(bool(m.error) for m in made)
 
 
@@ -248,20 +307,32 @@ def time_all(out_dir: Path, runs: int, gsrewrite: Path | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Generate the base-width models (or time them with ``--time``); return a process exit code."""
     p = argparse.ArgumentParser(description="Export base-width BERT / GPT-2 / ViT / LLaMA-style models.")
-    p.add_argument("--only", action="append", choices=sorted(CONFIGS), help="architecture(s) (default: all)")
-    p.add_argument("--variant", action="append", choices=["legacy14", "dynamo", *VARIANTS],
-                   help=f"exporter variant(s) (default: {', '.join(VARIANTS)})")  # fmt: skip
-    p.add_argument("--out", type=Path, default=OUT_DIR, help="output folder (default: %(default)s)")
+    p.add_argument("--only", action="append", choices=sorted({*CONFIGS, *KV_CONFIGS}),
+                   help=f"architecture(s) (default: all; --kv: {', '.join(KV_DEFAULT)})")  # fmt: skip
+    defaults = f"default: {', '.join(VARIANTS)}; --kv: {', '.join(kv.VARIANTS)}"
+    p.add_argument("--variant", action="append", choices=["legacy14", "dynamo", *VARIANTS, *kv.VARIANTS],
+                   help=f"exporter variant(s) ({defaults})")  # fmt: skip
+    p.add_argument("--kv", action="store_true", help="decoders with a KV cache (gpt2, llama, llama_2g) instead")
+    p.add_argument("--hf-norms", action="store_true", help="--kv: keep HF's norm init (weights 1) unperturbed")
+    p.add_argument("--out", type=Path, help=f"output folder (default: {OUT_DIR}; --kv: {KV_OUT_DIR})")
     p.add_argument("--time", action="store_true", help="time the models of --out instead (onnxruntime)")
     p.add_argument("--optimize", action="store_true", help="with --time: gsrewrite optimize each model first")
     p.add_argument("--runs", type=int, default=20, help="--time: interleaved runs per model (default: 20)")
     p.add_argument("--gsrewrite", type=Path, default=HERE.parent / ".venv" / "bin" / "gsrewrite")
     args = p.parse_args(argv)
+    out = args.out or (KV_OUT_DIR if args.kv else OUT_DIR)
     if args.time:
-        report = time_all(args.out, args.runs, args.gsrewrite if args.optimize else None)
-        (args.out / "TIMES.md").write_text(report)
+        report = time_all(out, args.runs, args.gsrewrite if args.optimize else None)
+        (out / "TIMES.md").write_text(report)
         return 0
-    return int(generate(args.only or list(CONFIGS), args.variant or list(VARIANTS), args.out) > 0)
+    configs, variants = (KV_CONFIGS, kv.VARIANTS) if args.kv else (CONFIGS, ("legacy14", "dynamo", *VARIANTS))
+    wrong = [x for x in [*(args.only or []), *(args.variant or [])] if x not in (*configs, *variants)]
+    if wrong:
+        p.error(f"{', '.join(wrong)}: not a choice {'with' if args.kv else 'without'} --kv (architectures: "
+                f"{', '.join(configs)}; variants: {', '.join(variants)})")  # fmt: skip
+    names = args.only or list(KV_DEFAULT if args.kv else CONFIGS)
+    variants = args.variant or (kv.VARIANTS if args.kv else VARIANTS)
+    return int(generate(names, list(variants), out, args.kv, not args.hf_norms) > 0)
 
 
 if __name__ == "__main__":
