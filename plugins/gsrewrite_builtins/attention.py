@@ -51,6 +51,22 @@ def attention_flat_output(match: Match) -> str | None:
     return None
 
 
+@reads("k4", "past_k", "past_v", "q", "v4")
+def attention_cache(match: Match) -> str | None:
+    """The past K/V are [B, H, P, dh] caches of the new heads (same heads and head size as Q: MultiHeadAttention
+    appends the new K/V and returns the present)."""
+    q = match.shape("q")
+    for name, new in (("past_k", "k4"), ("past_v", "v4")):
+        past, heads = match.shape(name), match.shape(new)
+        if past is None or len(past) != 4 or heads is None or len(heads) != 4:
+            return f"{name} has shape {past}, not a [batch, heads, past_sequence, head_size] cache"
+        if past[1] != heads[1] or past[3] != heads[3] or not isinstance(past[1], int):
+            return f"{name} {past} does not hold the heads of the new {new} {heads}"
+        if q is not None and len(q) == 4 and q[1] != heads[1]:
+            return f"K/V have {heads[1]} heads and Q {q[1]}: grouped-query attention, not multi-head"
+    return None
+
+
 def _output_rank(match: Match) -> int | None:
     shape = match.shape("out")
     if shape is not None:
@@ -217,6 +233,7 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "attention_flat_output": attention_flat_output,
     "attention_scores": attention_scores,
     "attention_heads_inputs": attention_heads_inputs,
+    "attention_cache": attention_cache,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_num_heads": attention_num_heads,

@@ -52,6 +52,43 @@ def repeated_kv(match: Match) -> str | None:
     return _bias_shape(match, q)
 
 
+@reads("k/expand", "k/repeat", "k/unsqueeze", "kk", "mask", "past_k", "past_v", "q4", "v_expand", "v_repeat",
+       "v_unsqueeze", "vv")
+def repeated_kv_cache(match: Match) -> str | None:
+    """As :func:`repeated_kv`, over a cache: the repeated K/V are the past [B, Hkv, P, dh] with the new heads
+    appended; the new heads cover Q's tokens (self-attention over the new tokens and the past)."""
+    q = match.shape("q4")
+    heads = query_heads(match)
+    if q is None or len(q) != 4 or heads is None:
+        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count"
+    groups = []
+    for name in _STEPS:
+        found = _repetition(match, name, heads[0])
+        if isinstance(found, str):
+            return found
+        groups.append(found)
+    (k_heads, k_rep, _, k_size), (v_heads, v_rep, _, v_size) = groups
+    if (k_heads, k_rep) != (v_heads, v_rep):
+        return f"K is repeated {k_heads}x{k_rep}, V {v_heads}x{v_rep}"
+    if k_heads * k_rep != heads[0] or heads[1] != k_size or not _may_equal(k_size, v_size):
+        return f"{heads[0]} Q heads of size {heads[1]} do not match {k_heads}x{k_rep} KV heads of size {k_size}"
+    for past, new in (("past_k", "kk"), ("past_v", "vv")):
+        cache, added = match.shape(past), match.shape(new)
+        if cache is None or added is None or len(cache) != 4 or len(added) != 4:
+            return f"{past} {cache} / {new} {added}: not [batch, kv_heads, length, head_size]"
+        if cache[1] != k_heads or added[1] != k_heads or cache[3] != k_size or added[3] != k_size:
+            return f"{past} {cache} and {new} {added} do not hold {k_heads} KV heads of size {k_size}"
+        if not _may_equal(added[2], q[2]):
+            return f"the new {new} {added} does not cover Q's tokens {q}: not self-attention over a cache"
+    if heads[1] % GQA_HEAD_SIZE_MULTIPLE:
+        return f"head size {heads[1]}: onnxruntime's GroupQueryAttention needs a multiple of {GQA_HEAD_SIZE_MULTIPLE}"
+    if match.tensor("mask") is not None:
+        bias = match.shape("mask")
+        if bias is None or len(bias) != 4 or not _may_equal(bias[2], q[2]):
+            return f"the mask has shape {bias}, not [batch or 1, heads or 1, {q[2]}, total]"
+    return None
+
+
 @reads("k/expand", "k/repeat", "k/unsqueeze", "q4")
 def repeated_kv_heads(match: Match) -> int:
     """The number of KV heads before the repetition (GroupQueryAttention's ``kv_num_heads``)."""
@@ -121,5 +158,5 @@ def _may_equal(a: Any, b: Any) -> bool:
     return any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in (a, b))
 
 
-CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv}
+CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv, "repeated_kv_cache": repeated_kv_cache}
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {"repeated_kv_heads": repeated_kv_heads}

@@ -152,6 +152,64 @@ def _prove_equal_halves(match: Match, name: str) -> None:
                             "have one row per position with equal halves")
 
 
+@reads("a1", "a2", "cos", "e1", "e2", "s1", "s2", "sin", "st1", "st2", "x")
+def rotate_half_positions(match: Match) -> str | None:
+    """Rotate-half slices of x [batch, heads, sequence, head_size] (static head size); cos/sin are run-time
+    tables with one row per token, [batch or 1, 1, sequence, head_size] (computed from position ids), whose
+    halves are equal by construction: ``cos(cat(f, f))`` through casts, constant scales and unsqueezes."""
+    shape = match.shape("x")
+    if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
+        return f"x has shape {shape}, not [batch, heads, sequence, head_size] with a static head size"
+    size = shape[3]
+    first, second = _slice(match, "1", size), _slice(match, "2", size)
+    if size % 2 or first != (0, size // 2) or second != (size // 2, size):
+        return f"the slices take {first} and {second} of the last axis, not the two halves"
+    for name in ("cos", "sin"):
+        table = match.shape(name)
+        if table is None or len(table) != 4 or table[1] != 1 or table[3] != size or table[0] not in (1, shape[0]) \
+                or table[2] != shape[2]:
+            return f"{name} has shape {table}, not [batch or 1, 1, sequence, {size}] (one row per token)"
+        reason = _halves_by_construction(match.tensor(name))
+        if reason is not None:
+            return f"{name}: {reason}"
+    return None
+
+
+#: ops through which both halves of the last axis stay equal (elementwise, or moving other axes)
+_HALF_KEEPING = frozenset({"Cos", "Sin", "Cast", "Identity", "Unsqueeze"})
+
+
+def _halves_by_construction(tensor: Any) -> str | None:
+    """None when ``tensor`` is ``g(cat(f, f, axis=-1))`` for elementwise ``g`` (cos, sin, casts, scaling by one
+    constant value, unsqueezes that keep the last axis last)."""
+    import onnx_graphsurgeon as gs
+
+    for _ in range(12):
+        node = tensor.inputs[0] if tensor is not None and tensor.inputs else None
+        if node is None:
+            return "not computed by cos/sin of a concatenation of two equal halves"
+        if node.op == "Concat":
+            parts = node.inputs
+            axis = node.attrs.get("axis")
+            if len(parts) == 2 and parts[0] is parts[1] and axis == -1:
+                return None
+            return "its halves are not one tensor concatenated with itself on the last axis"
+        if node.op in ("Mul", "Div"):
+            constants = [t for t in node.inputs if isinstance(t, gs.Constant)]
+            variables = [t for t in node.inputs if not isinstance(t, gs.Constant)]
+            if len(constants) != 1 or len(variables) != 1 or np.unique(constant_values(constants[0])).size != 1 \
+                    or (node.op == "Div" and node.inputs[0] is not variables[0]):
+                return f"{node.op} by something other than one constant value"
+            tensor = variables[0]
+            continue
+        if node.op not in _HALF_KEEPING:
+            return f"computed by {node.op}, which may mix the two halves"
+        if node.op == "Unsqueeze" and -1 in list(node.attrs.get("axes") or []):
+            return "an Unsqueeze adds the last axis"
+        tensor = node.inputs[0]
+    return "computed by a longer chain than a rotary table"
+
+
 @reads("x")
 def rotary_flat_table(match: Match) -> np.ndarray:
     """The Reshape target that turns a [1, .., sequence, head_size] table into [sequence, head_size]."""
@@ -166,6 +224,7 @@ def rotary_half_width(match: Match) -> np.ndarray:
 
 CHECKS: dict[str, Callable[[Match], str | None]] = {
     "rotate_half": rotate_half, "rotate_half_dynamic": rotate_half_dynamic,
+    "rotate_half_positions": rotate_half_positions,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "rotary_cos_cache": rotary_cos_cache,
