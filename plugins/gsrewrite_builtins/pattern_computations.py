@@ -23,6 +23,23 @@ def first_axis(match: Match) -> int:
     return min(a - rank if a >= 0 else a for a in axes)
 
 
+@reads("axes", "scale", "x")
+def norm_weight(match: Match) -> np.ndarray:
+    """The norm's scale: the matched constant, or ones over the normalized (static) axes when the scale was a
+    no-op that simplify removed (a model whose norm weights are all ones)."""
+    scale = match.constant("scale")
+    if scale is not None:
+        return scale
+    shape = match.shape("x")
+    rank = len(shape) if shape is not None else 0
+    axes = [int(a) for a in np.asarray(match.value("axes")).reshape(-1)]
+    trailing = shape[min(a if a >= 0 else a + rank for a in axes):] if shape is not None and axes else None
+    if trailing is None or not all(isinstance(d, int) for d in trailing):
+        raise CheckFailed(f"no scale, and the normalized shape {trailing} is not static: cannot make a unit scale")
+    dtype = match.dtype("x")
+    return np.ones(trailing, dtype=dtype if dtype is not None and dtype.kind == "f" else np.float32)
+
+
 def _bn_scale(match: Match) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel factor ``gamma / sqrt(var + eps)`` and the conv weight, both as float64."""
     weight = match.constant("w")
@@ -68,6 +85,7 @@ def channel_bias_vector(match: Match) -> np.ndarray:
 
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "first_axis": first_axis,
+    "norm_weight": norm_weight,
     "bn_fold_weight": bn_fold_weight,
     "bn_fold_bias": bn_fold_bias,
     "channel_bias_vector": channel_bias_vector,
