@@ -21,8 +21,9 @@ import onnx
 
 import gsrewrite
 from gsrewrite.pipelines.bench import bench, bench_inputs
-from gsrewrite.pipelines.compress import _errors, weight_bytes
+from gsrewrite.pipelines.compress import weight_bytes
 from gsrewrite.pipelines.optimize import optimize_model
+from gsrewrite.validation import validate
 
 
 def ort_dynamic(model: onnx.ModelProto, folder: str) -> onnx.ModelProto:
@@ -84,7 +85,7 @@ def main() -> None:
         timed = bench(variants, runs=args.runs, inputs=feed)
         base_weights = weight_bytes(original)
         for (label, model), timing in zip(variants, timed.timings, strict=True):
-            errors = _errors(original, model, None, None) if model is not original else []
+            errors = validate(original, model, min_cosine=-1.0).outputs if model is not original else []
             cosine = min((e.cosine for e in errors if e.cosine is not None), default=1.0)
             max_abs = max((e.max_abs for e in errors if e.max_abs is not None), default=0.0)
             size = len(model.SerializeToString()) / 2**20

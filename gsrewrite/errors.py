@@ -85,6 +85,30 @@ class CannotValidateError(ValidationError):
     cannot be checked; ``--no-validate`` rewrites without checking."""
 
 
+# --- compression ------------------------------------------------------------------------------------
+class CompressionRefused(GsrewriteError):
+    """A compressed model is not written because the result, not the input, is wrong: the CLI exits 1.
+    ``result`` holds what was measured (a ``gsrewrite.pipelines.compress.CompressResult``)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class OutOfToleranceError(CompressionRefused):
+    """The compressed model's outputs miss the strategy's tolerance, even with nodes left uncompressed."""
+
+
+class NothingToCompressError(CompressionRefused):
+    """The strategy changed no weight of the model (int4 on a CNN: no MatMul weight to quantize)."""
+
+
+class SlowerModelError(CompressionRefused):
+    """The compressed model was measured slower than its input by more than the allowed factor."""
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the known names closest to ``name``, or an empty string when none is close."""
     import difflib

@@ -65,12 +65,23 @@ class OpProfiler(Protocol):
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far a compressed model's outputs may be from the original's, per output (validation drops a
-    strategy whose outputs are further): cosine similarity at least ``min_cosine`` and, when given, max
-    absolute error at most ``max_abs``."""
+    """How far a compressed model's outputs may be from the original's, per output (compression refuses a
+    result whose outputs are further). Each field names the metric it relaxes (``docs/validation.md``):
+
+    * ``min_cosine``: float outputs, cosine similarity at least this;
+    * ``max_abs``: float outputs, when given, max absolute error at most this;
+    * ``min_agreement``: integer and bool outputs (labels, ids, flags), the share of elements equal to the
+      original's at least this (1.0: exact);
+    * ``min_top1``: float outputs holding class scores (read by an ArgMax/TopK of the model, a Softmax's output,
+      a classifier's logits), when given, the share of rows whose top-1 class is the original's at least this.
+
+    A NaN or infinity where the original's value is finite (or another NaN/inf pattern) fails whatever these are.
+    """
 
     min_cosine: float = 0.999
     max_abs: float | None = None
+    min_agreement: float = 1.0
+    min_top1: float | None = None
 
 
 @runtime_checkable

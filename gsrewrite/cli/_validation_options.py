@@ -1,4 +1,5 @@
-"""The validation options shared by every command that checks a result with onnxruntime."""
+"""The validation options shared by every command that checks a result with onnxruntime, and the criterion
+options of the commands that judge by statistics (``validate``, ``compress``)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,41 @@ def _max_memory(value: str | None) -> int | None:
     from gsrewrite.validation.memory import parse_size
 
     return None if value is None else parse_size(value)
+
+
+#: the criterion options: option names, metavar, click type, what it does in ``validate`` / in ``compress``
+_CRITERION = (
+    (("--cosine", "--min-cosine", "c_min_cosine"), "MIN", click.FloatRange(-1, 1),
+     "Judge float outputs by cosine similarity >= MIN instead of --atol/--rtol (what compress uses).",
+     "Override the strategy's minimum cosine per float output."),
+    (("--max-abs", "c_max_abs"), "MAX", click.FloatRange(min=0),
+     "Judge float outputs by max abs error <= MAX instead of --atol/--rtol.",
+     "Also require this max abs error per float output."),
+    (("--min-agreement", "c_min_agreement"), "RATE", click.FloatRange(0, 1),
+     "Integer/bool outputs (labels): the share of elements that must equal the original's, 0..1 (default 1: all).",
+     "Override the strategy's minimum share of equal elements in integer/bool outputs (labels), 0..1."),
+    (("--min-top1", "c_min_top1"), "RATE", click.FloatRange(0, 1),
+     "Class scores (docs/validation.md): the share of rows that must keep their top-1 class, 0..1.",
+     "Override the strategy's minimum share of rows of class scores keeping their top-1 class, 0..1."),
+)
+
+
+def criterion_options(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add --cosine (alias --min-cosine), --max-abs, --min-agreement, --min-top1 to ``command`` (``validate``: the
+    pass/fail rule; ``compress``: overrides of the strategy's tolerance); the command receives ``criterion``, a
+    dict of the values given (keys ``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1``)."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = {key: kwargs.pop(key) for key in [k for k in kwargs if k.startswith("c_")]}
+            kwargs["criterion"] = {key[2:]: value for key, value in values.items() if value is not None}
+            return func(*args, **kwargs)
+
+        wrapped: Callable[..., Any] = wrapper
+        for names, metavar, kind, in_validate, in_compress in reversed(_CRITERION):
+            wrapped = click.option(*names, type=kind, metavar=metavar, default=None,
+                                   help=in_validate if command == "validate" else in_compress)(wrapped)
+        return wrapped
+
+    return decorate

@@ -8,20 +8,20 @@ import click
 
 from gsrewrite.cli._jobs import Job, io_options, run_jobs
 from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._validation_options import criterion_options
 
 
 def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from gsrewrite.pipelines.compress import strategies
+    from gsrewrite.pipelines.compress import strategies, tolerance_of
+    from gsrewrite.validation.criteria import Criterion
 
     registry = strategies()
     rows = []
     for name in registry.names():
         strategy = registry.get(name)
-        tolerance = getattr(strategy, "tolerance", None)
-        rows.append((name, getattr(strategy, "description", ""),
-                     "" if tolerance is None else f"cosine >= {tolerance.min_cosine}",
+        rows.append((name, getattr(strategy, "description", ""), Criterion.of(tolerance_of(strategy)).describe(),
                      ", ".join(getattr(strategy, "options", ()))))
     console().print(table("Compression strategies", ["name", "what", "tolerance", "options"], rows))
     ctx.exit(0)
@@ -47,18 +47,23 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--keep-io-types/--no-keep-io-types", default=None, help="fp16: keep inputs/outputs float32.")
 @click.option("--exclude", multiple=True, metavar="NODE", help="Leave this node uncompressed (repeatable).")
 @click.option("--op-types", default=None, metavar="A,B", help="int8/int4/dynamic/static-int8: op types to quantize.")
-@click.option("--min-cosine", type=float, default=None, help="Override the strategy's minimum cosine per output.")
-@click.option("--max-abs", type=float, default=None, help="Also require this max abs error per output.")
+@criterion_options("compress")
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Compare outputs with the uncompressed model (and bisect nodes that break the tolerance).")
 @click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs for validation and latency.")
 @click.option("--bench-runs", type=click.IntRange(min=0), default=10, show_default=True,
               help="Latency before/after: interleaved onnxruntime runs (0: skip).")
+@click.option("--allow-slower", is_flag=True, help="Write the result even when it was measured more than 1.1x slower "
+              "than MODEL (by default nothing is written then, exit code 1).")
 @json_option
 def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, validate: bool, bench_runs: int,
-             min_cosine: float | None, max_abs: float | None, as_json: bool, **kwargs: Any) -> None:
+             allow_slower: bool, criterion: dict[str, Any], as_json: bool, **kwargs: Any) -> None:
     """Compress MODEL with a strategy and write it to OUTPUT (default MODEL_STEM.opt.onnx), after checking its
-    outputs against the uncompressed model with the strategy's tolerance (cosine similarity, max error).
+    outputs against the uncompressed model with the strategy's tolerance (cosine similarity of float outputs,
+    agreement of integer/bool outputs, top-1 of class scores; NaN/inf where the original is finite fails).
+
+    Exit code 1, nothing written: the result misses the tolerance, the strategy changed no weight, or the result
+    was measured more than 1.1x slower than MODEL (without --allow-slower).
 
     gsrewrite compress model.onnx small.onnx --strategy int4 --block-size 32"""
     io = {k: kwargs.pop(k) for k in ("force", "external_data", "size_threshold", "verbosity")}
@@ -72,8 +77,8 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
         external = io["external_data"] or None
         check_output_path(job.output, input_path=job.model, external_data=external)
         with working(f"compressing {job.model}..."):
-            result = run(job.model, strategy, validate=validate, inputs=inputs, min_cosine=min_cosine,
-                         max_abs=max_abs, bench_runs=bench_runs, **options)
+            result = run(job.model, strategy, validate=validate, inputs=inputs, bench_runs=bench_runs,
+                         allow_slower=allow_slower, **criterion, **options)
         size = save_model(result.model, job.output, input_path=job.model, external_data=external,
                           size_threshold=io["size_threshold"])
         if as_json:

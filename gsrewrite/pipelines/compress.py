@@ -1,11 +1,15 @@
 """``compress``: run a compression strategy (registered through ``gsrewrite_register_compression_strategies``),
-validate the result against the uncompressed model with the strategy's tolerance (cosine similarity and max
-error per output, on validation's inputs and sizes), and report sizes, errors and latency.
+validate the result against the uncompressed model with the strategy's tolerance (the comparison of
+:mod:`gsrewrite.validation`: cosine / max abs of float outputs, agreement of integer and bool outputs, top-1 of
+class scores, NaN/inf where the original is finite always failing; on validation's inputs and sizes), and report
+sizes, errors, what the output graph holds and latency.
 
 When the compressed model misses the tolerance and the strategy reports which nodes it changed and accepts
 ``exclude``, the nodes are bisected: the smallest prefix of them whose compression fails is found, its last
-node is excluded, and the strategy runs again, until the result passes (or nothing is left to compress: an
-error, nothing written).
+node is excluded, and the strategy runs again, until the result passes. Nothing is written (typed
+:class:`~gsrewrite.errors.CompressionRefused` errors, exit code 1) when the result cannot pass, when the strategy
+changed no weight, or when the result was measured slower than its input by more than ``MAX_SLOWDOWN``
+(unless ``allow_slower``).
 """
 
 from __future__ import annotations
@@ -18,16 +22,23 @@ from typing import Any
 import onnx
 
 from gsrewrite import plugin_hooks
-from gsrewrite.errors import UsageError, ValidationError
+from gsrewrite.errors import NothingToCompressError, OutOfToleranceError, SlowerModelError, UsageError
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.stages import stage
+from gsrewrite.validation.criteria import Criterion
+from gsrewrite.validation.report import OutputComparison, describe_failures
 
 log = logging.getLogger(__name__)
 
 #: most strategy runs one bisection may take
 MAX_BISECT_RUNS = 40
+#: a compressed model whose latency is more than this times its input's is refused (unless allow_slower)
+MAX_SLOWDOWN = 1.10
+#: the fields of a Tolerance, each overridable in compress()
+TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
 
 
 def strategies() -> NamedRegistry[CompressionStrategy]:
@@ -37,20 +48,22 @@ def strategies() -> NamedRegistry[CompressionStrategy]:
     return registry
 
 
-@dataclass
-class OutputError:
-    name: str
-    max_abs: float | None
-    cosine: float | None
-
-    def within(self, tolerance: Tolerance) -> bool:
-        if self.cosine is None or math.isnan(self.cosine) or self.cosine < tolerance.min_cosine:
-            return False
-        return tolerance.max_abs is None or (self.max_abs is not None and self.max_abs <= tolerance.max_abs)
+def tolerance_of(strategy: Any, **overrides: float | None) -> Tolerance:
+    """The strategy's tolerance (a plugin's may be any object with Tolerance's fields), with the given values
+    in place of its own."""
+    own = getattr(strategy, "tolerance", None) or Tolerance()
+    defaults = Tolerance()
+    values = {name: getattr(own, name, getattr(defaults, name)) for name in TOLERANCE_FIELDS}
+    values.update({name: value for name, value in overrides.items() if value is not None})
+    return Tolerance(**values)
 
 
 @dataclass
 class CompressResult:
+    """A validated compression: the model, its sizes, each output's comparison with the uncompressed model
+    (``outputs``: :class:`~gsrewrite.validation.OutputComparison`), what the output graph holds (``census``) and the
+    latency before/after."""
+
     model: onnx.ModelProto
     strategy: str
     options: dict[str, Any]
@@ -58,30 +71,39 @@ class CompressResult:
     notes: list[str] = field(default_factory=list)
     file_bytes: tuple[int, int] = (0, 0)
     weight_bytes: tuple[int, int] = (0, 0)
-    outputs: list[OutputError] = field(default_factory=list)
+    outputs: list[OutputComparison] = field(default_factory=list)
     validated: bool = False
     excluded: list[str] = field(default_factory=list)
     latency_ms: tuple[float, float] | None = None
+    census: Census | None = None
+
+    @property
+    def criterion(self) -> Criterion:
+        return Criterion.of(self.tolerance)
 
     @property
     def ok(self) -> bool:
-        return not self.validated or all(o.within(self.tolerance) for o in self.outputs)
+        return not self.validated or all(o.ok for o in self.outputs)
+
+    def failures(self) -> str:
+        """``label: 80% agree (400 of 500), need >= 99%; y: ...``: the outputs out of tolerance and why."""
+        return "; ".join(describe_failures(o, self.criterion) for o in self.outputs if not o.ok)
 
     def report(self) -> str:
         before, after = self.file_bytes
         w_before, w_after = self.weight_bytes
-        lines = [f"{self.strategy}: file {_mib(before)} -> {_mib(after)} ({after / before:.3f}x), "
+        lines = [f"{self.strategy}: file {_mib(before)} -> {_mib(after)} ({after / max(before, 1):.3f}x), "
                  f"weights {_mib(w_before)} -> {_mib(w_after)} ({w_after / max(w_before, 1):.3f}x)"]
         lines += [f"  {note}" for note in self.notes]
+        if self.census is not None:
+            lines.append(f"  output graph: {self.census.text()}")
         if self.excluded:
             lines.append(f"  left uncompressed to meet the tolerance: {', '.join(self.excluded)}")
         if self.validated:
-            limit = f"cosine >= {self.tolerance.min_cosine}" + (
-                f", max abs <= {self.tolerance.max_abs}" if self.tolerance.max_abs is not None else "")
-            lines.append(f"  outputs vs the uncompressed model ({limit}):")
+            lines.append(f"  outputs vs the uncompressed model ({self.criterion.describe()}):")
             for o in self.outputs:
-                lines.append(f"    {o.name}: cosine {_num(o.cosine, '.6f')}, max abs {_num(o.max_abs, '.3g')}"
-                             f"{'' if o.within(self.tolerance) else '  OUT OF TOLERANCE'}")
+                verdict = "" if o.ok else f"  OUT OF TOLERANCE ({', '.join(o.failed) or o.verdict})"
+                lines.append(f"    {o.name}: {o.describe()}{verdict}")
         else:
             lines.append("  not validated")
         if self.latency_ms is not None:
@@ -96,10 +118,13 @@ class CompressResult:
                                "ratio": round(self.file_bytes[1] / max(self.file_bytes[0], 1), 4)},
                 "weight_bytes": {"before": self.weight_bytes[0], "after": self.weight_bytes[1],
                                  "ratio": round(self.weight_bytes[1] / max(self.weight_bytes[0], 1), 4)},
-                "tolerance": {"min_cosine": self.tolerance.min_cosine, "max_abs": self.tolerance.max_abs},
+                "tolerance": {name: getattr(self.tolerance, name) for name in TOLERANCE_FIELDS},
+                "graph": None if self.census is None else self.census.to_dict(),
                 "validated": self.validated, "excluded": self.excluded,
-                "outputs": [{"name": o.name, "max_abs": o.max_abs, "cosine": o.cosine,
-                             "within_tolerance": o.within(self.tolerance)} for o in self.outputs],
+                "outputs": [{"name": o.name, "max_abs": o.max_abs, "cosine": o.cosine, "agreement": o.agreement,
+                             "top1": o.top1, "top1_rows": o.top1_rows, "elements": o.elements,
+                             "nonfinite_mismatches": o.nonfinite_mismatches, "problem": o.problem,
+                             "failed": list(o.failed), "within_tolerance": o.ok} for o in self.outputs],
                 "latency_ms": None if self.latency_ms is None else
                 {"before": round(self.latency_ms[0], 4), "after": round(self.latency_ms[1], 4),
                  "ratio": round(self.latency_ms[1] / self.latency_ms[0], 4)}}
@@ -111,10 +136,6 @@ def _mib(n: int) -> str:
     return size_text(n)
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "?" if value is None else format(value, fmt)
-
-
 def weight_bytes(model: onnx.ModelProto) -> int:
     from gsrewrite.profiling.costs import item_bits
 
@@ -123,17 +144,25 @@ def weight_bytes(model: onnx.ModelProto) -> int:
 
 def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = True, inputs: Any = None,
              input_shapes: Any = None, min_cosine: float | None = None, max_abs: float | None = None,
-             bench_runs: int = 0, bench_threads: int = 1, reference: onnx.ModelProto | None = None,
+             min_agreement: float | None = None, min_top1: float | None = None, bench_runs: int = 0,
+             bench_threads: int = 1, allow_slower: bool = False, reference: onnx.ModelProto | None = None,
              **options: Any) -> CompressResult:
     """Compress ``model`` with the strategy called ``strategy`` (``options`` go to it), validate against
-    ``reference`` (default: ``model``; ``optimize --compress`` gives the unfused input), report."""
+    ``reference`` (default: ``model``; ``optimize --compress`` gives the unfused input) with the strategy's
+    tolerance (``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1`` replace its values), time both when
+    ``bench_runs`` > 0, report.
+
+    Raises :class:`~gsrewrite.errors.NothingToCompressError` when the strategy changed no weight,
+    :class:`~gsrewrite.errors.OutOfToleranceError` when the result misses the tolerance (after bisection),
+    :class:`~gsrewrite.errors.SlowerModelError` when it was measured more than ``MAX_SLOWDOWN`` times slower than
+    the input and ``allow_slower`` is false; each carries the ``CompressResult`` as ``result``.
+    """
     original = model if isinstance(model, onnx.ModelProto) else _load(model)
     baseline = reference if reference is not None else original
     chosen = strategies().get(strategy)
-    tolerance = getattr(chosen, "tolerance", Tolerance())
-    if min_cosine is not None or max_abs is not None:
-        tolerance = Tolerance(min_cosine if min_cosine is not None else tolerance.min_cosine,
-                              max_abs if max_abs is not None else tolerance.max_abs)
+    tolerance = tolerance_of(chosen, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
+                             min_top1=min_top1)
+    Criterion.of(tolerance).check()
     given = {k: v for k, v in options.items() if v is not None}
     if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
         from gsrewrite.validation.runner import cannot_validate, why_unrunnable
@@ -146,23 +175,15 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     result = CompressResult(compressed, strategy, given, tolerance, notes)
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
+    if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(original, compressed):
+        why = "; ".join(notes) or "the strategy left every weight as it was"
+        raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
+                                     "nothing written", result)
     if validate:
-        with stage("validating"):
-            result.outputs = _errors(baseline, compressed, inputs, input_shapes)
-        result.validated = True
-        if not result.ok and changed and "exclude" in getattr(chosen, "options", ()):
-            with stage("bisecting"):
-                _bisect(result, chosen, original, baseline, given, changed, inputs, input_shapes)
-        if not result.ok:
-            raise ValidationError(f"the {strategy} model misses the tolerance; nothing written\n{result.report()}")
+        _validate(result, chosen, original, baseline, given, changed, inputs, input_shapes)
+    result.census = census(result.model)
     if bench_runs:
-        from gsrewrite.pipelines.bench import bench, bench_inputs
-
-        with stage("benchmarking"):
-            feed = bench_inputs(baseline, inputs, input_shapes)
-            timed = bench([("original", baseline), (strategy, result.model)], runs=bench_runs,
-                          threads=bench_threads, inputs=feed)
-        result.latency_ms = (timed.timings[0].min_ms, timed.timings[1].min_ms)
+        _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
     return result
 
 
@@ -182,16 +203,25 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
     return answer.model, list(getattr(answer, "notes", [])), list(getattr(answer, "quantized_nodes", []))
 
 
-def _errors(original: onnx.ModelProto, compressed: onnx.ModelProto, inputs: Any, input_shapes: Any
-            ) -> list[OutputError]:
-    from gsrewrite.validation import validate
+def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: onnx.ModelProto,
+              options: dict[str, Any], changed: list[str], inputs: Any, input_shapes: Any) -> None:
+    """Compare with the baseline (its outputs computed once), bisect when the strategy allows it, or raise."""
+    from gsrewrite.validation import Validator
 
-    report = validate(original, compressed, inputs=inputs, input_shapes=input_shapes, atol=1e30, rtol=1e30)
-    return [OutputError(o.name, o.max_abs, o.cosine) for o in report.outputs]
+    with stage("validating"):
+        validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
+        result.outputs = validator.check(result.model).outputs
+    result.validated = True
+    if not result.ok and changed and "exclude" in getattr(strategy, "options", ()):
+        with stage("bisecting"):
+            _bisect(result, strategy, original, options, changed, validator)
+    if not result.ok:
+        raise OutOfToleranceError(f"the {result.strategy} model misses the tolerance ({result.failures()}); "
+                                  f"nothing written\n{result.report()}", result)
 
 
-def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: onnx.ModelProto,
-            options: dict[str, Any], changed: list[str], inputs: Any, input_shapes: Any) -> None:
+def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
+            changed: list[str], validator: Any) -> None:
     """Exclude nodes (smallest failing prefix's last node, repeatedly) until the tolerance is met."""
     excluded: list[str] = list(options.get("exclude") or ())
     candidates = list(changed)
@@ -202,8 +232,8 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, ba
         runs += 1
         skip = excluded + [n for n in candidates if n not in quantized]
         model, notes, _ = _run(strategy, original, {**options, "exclude": skip})
-        errors = _errors(baseline, model, inputs, input_shapes)
-        return all(e.within(result.tolerance) for e in errors), (model, notes, errors)
+        outputs = validator.check(model).outputs
+        return all(o.ok for o in outputs), (model, notes, outputs)
 
     while candidates and runs < MAX_BISECT_RUNS:
         ok, outcome = passes(candidates)
@@ -224,3 +254,26 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, ba
         excluded.append(culprit)
         log.info("compression of %s breaks the tolerance: left uncompressed", culprit)
     result.excluded = excluded
+
+
+def _bench(result: CompressResult, baseline: onnx.ModelProto, inputs: Any, input_shapes: Any, runs: int,
+           threads: int, allow_slower: bool) -> None:
+    """Time the baseline and the result (interleaved); a result slower than MAX_SLOWDOWN times the baseline is
+    timed again (the minima of both measurements count) and refused unless ``allow_slower``."""
+    from gsrewrite.pipelines.bench import bench, bench_inputs
+
+    models = [("original", baseline), (result.strategy, result.model)]
+    with stage("benchmarking"):
+        feed = bench_inputs(baseline, inputs, input_shapes)
+        timed = bench(models, runs=runs, threads=threads, inputs=feed)
+        before, after = timed.timings[0].min_ms, timed.timings[1].min_ms
+        if after > MAX_SLOWDOWN * before and not allow_slower:  # once more before refusing: a noisy moment
+            again = bench(models, runs=runs, threads=threads, inputs=feed)
+            before, after = min(before, again.timings[0].min_ms), min(after, again.timings[1].min_ms)
+    result.latency_ms = (before, after)
+    if after > MAX_SLOWDOWN * before and not allow_slower:
+        raise SlowerModelError(
+            f"the {result.strategy} model is slower than its input: {before:.3g} ms -> {after:.3g} ms "
+            f"({after / before:.2f}x, more than {MAX_SLOWDOWN:.2f}x; onnxruntime, min of 2 x {runs} interleaved "
+            "runs); nothing written (--allow-slower writes it, --bench-runs 0 skips the measurement)\n"
+            + result.report(), result)

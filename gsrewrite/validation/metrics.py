@@ -1,10 +1,12 @@
-"""Element-wise comparison of one output of the candidate against the original's.
+"""The metrics of one output of the candidate against the original's, judged by a
+:class:`~gsrewrite.validation.criteria.Criterion`.
 
-The pass/fail rule per element is polygraphy's default (``--check-error-stat elemwise``): an element is
-outside tolerance when ``|a - b| > atol`` **and** ``|a - b| / |b| > rtol``, with ``b`` the original
-(reference) value and zeros in ``b`` replaced by float64 epsilon. Where a value is non-finite in either model
-the element agrees only when both are NaN, or both are the same infinity. Bool and integer outputs are
-compared exactly.
+The element-wise rule is polygraphy's default (``--check-error-stat elemwise``): an element is outside
+tolerance when ``|a - b| > atol`` **and** ``|a - b| / |b| > rtol``, with ``b`` the original (reference) value and
+zeros in ``b`` replaced by float64 epsilon. Where a value is non-finite in either model the element agrees only
+when both are NaN, or both are the same infinity (``nonfinite_mismatches`` counts the others). Bool and integer
+outputs are compared exactly (``agreement``: the share of equal elements). Float class scores also get their
+top-1 agreement (:mod:`gsrewrite.validation.class_scores`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 
 import numpy as np
 
+from gsrewrite.validation.class_scores import ClassAxis
+from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison
 
 #: What polygraphy adds to zero reference values before dividing (np.finfo(np.float64).eps).
@@ -21,10 +25,19 @@ EPSILON = 2.220446049250313e-16
 
 
 def compare_output(
-    name: str, run: int, original: np.ndarray, candidate: np.ndarray, atol: float, rtol: float
+    name: str, run: int, original: np.ndarray, candidate: np.ndarray, atol: float = 1e-4, rtol: float = 1e-3, *,
+    criterion: Criterion | None = None, class_axis: ClassAxis | None = None,
 ) -> OutputComparison:
-    """Compare ``candidate`` against ``original`` (the reference) element by element."""
-    ref, cand = np.asarray(original), np.asarray(candidate)
+    """Compare ``candidate`` against ``original`` (the reference) and judge it by ``criterion`` (default: element
+    by element within ``atol``/``rtol``, integers exact). ``class_axis``: the output holds class scores along it
+    (top-1 agreement is measured)."""
+    rule = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol)
+    result = _measure(name, run, np.asarray(original), np.asarray(candidate), rule.atol, rule.rtol, class_axis)
+    return _replace(result, failed=rule.failures(result))
+
+
+def _measure(name: str, run: int, ref: np.ndarray, cand: np.ndarray, atol: float, rtol: float,
+             class_axis: ClassAxis | None) -> OutputComparison:
     base = OutputComparison(
         name=name,
         run=run,
@@ -42,6 +55,10 @@ def compare_output(
         result = _compare_exact(base, ref, cand)
     else:
         result = _compare_float(base, ref, cand, atol, rtol)
+        axis = class_axis.of(ref) if class_axis is not None and ref.dtype.kind in "fV" else None
+        if axis is not None:
+            rows, agree = top1_agreement(ref, cand, axis)
+            result = _replace(result, class_axis=axis, top1_rows=rows, top1_agree=agree)
     if ref.dtype != cand.dtype:
         result = _replace(result, problem=f"dtype {ref.dtype} vs {cand.dtype}")
     return result
@@ -71,7 +88,6 @@ def _compare_exact(base: OutputComparison, ref: np.ndarray, cand: np.ndarray) ->
         mismatches=int(np.count_nonzero(cand != ref)),
         max_abs=_max(absdiff),
         max_rel=_max(reldiff),
-        cosine=cosine_similarity(a, b),
     )
 
 
@@ -85,10 +101,12 @@ def _compare_float(
     reldiff = absdiff / _reference_magnitude(b)
     outside = (absdiff > atol) & (reldiff > rtol)
     same_non_finite = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
-    mismatched = np.where(finite, outside, ~same_non_finite)
+    non_finite = ~finite & ~same_non_finite
+    mismatched = np.where(finite, outside, non_finite)
     return _replace(
         base,
         mismatches=int(np.count_nonzero(mismatched)),
+        nonfinite_mismatches=int(np.count_nonzero(non_finite)),
         max_abs=_max(absdiff[finite]),
         max_rel=_max(reldiff[finite]),
         cosine=cosine_similarity(a[finite], b[finite]),
@@ -103,6 +121,16 @@ def _compare_non_numeric(base: OutputComparison, ref: np.ndarray, cand: np.ndarr
     mismatches = int(np.count_nonzero(ref != cand))
     problem = None if ref.dtype.kind == cand.dtype.kind else f"dtype {ref.dtype} vs {cand.dtype}"
     return _replace(base, exact=True, mismatches=mismatches, problem=problem)
+
+
+def top1_agreement(ref: np.ndarray, cand: np.ndarray, axis: int) -> tuple[int, int]:
+    """(rows, rows whose top-1 class agrees) along ``axis``. A row agrees when the candidate's top class holds the
+    original's top score (a tie in the original accepts either class); NaN scores are never a row's top."""
+    b = np.moveaxis(ref.astype(np.float64), axis, -1).reshape(-1, ref.shape[axis])
+    a = np.moveaxis(cand.astype(np.float64), axis, -1).reshape(-1, ref.shape[axis])
+    a, b = np.where(np.isnan(a), -np.inf, a), np.where(np.isnan(b), -np.inf, b)
+    chosen = np.take_along_axis(b, np.argmax(a, axis=1)[:, None], axis=1)[:, 0]
+    return int(b.shape[0]), int(np.count_nonzero(chosen == b.max(axis=1)))
 
 
 def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:

@@ -7,16 +7,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gsrewrite.validation.criteria import (
+    AGREEMENT,
+    COSINE,
+    ELEMENTS,
+    MAX_ABS,
+    NON_FINITE,
+    TOP1,
+    Criterion,
+    percent,
+)
+
 
 @dataclass(frozen=True)
 class OutputComparison:
     """How one output of the candidate compares with the original's, in one run or over all runs.
 
-    ``max_abs``/``max_rel``/``cosine`` are taken over the elements that are finite in both models; they are
-    ``None`` when nothing could be compared (missing output, shape mismatch, string output).
-    ``mismatches`` counts the elements outside tolerance (see ``docs/validation.md`` for the rule),
-    including non-finite values that differ. ``problem`` is set when the output cannot agree whatever its
-    values (missing in the candidate, different shape or dtype).
+    ``max_abs``/``max_rel``/``cosine`` are taken over the elements that are finite in both models (``cosine``:
+    float outputs only); they are ``None`` when nothing could be compared (missing output, shape mismatch,
+    string output). ``nonfinite_mismatches`` counts the elements whose NaN/inf pattern differs from the
+    original's (a non-finite value where the original's is finite, or the reverse, NaN against inf, the other
+    infinity): those fail whatever the tolerances. ``mismatches`` counts the elements outside atol/rtol
+    (see ``docs/validation.md`` for the rule), non-finite ones that differ included; for integer and bool
+    outputs (``exact``), the elements that differ. ``top1_rows``/``top1_agree``: for class scores
+    (``class_axis`` set), the rows compared and those whose top-1 class is the original's. ``failed`` names the
+    metrics that fail the validation's criterion (:mod:`gsrewrite.validation.criteria`). ``problem`` is set when
+    the output cannot agree whatever its values (missing in the candidate, different shape or dtype).
     """
 
     name: str
@@ -40,11 +56,30 @@ class OutputComparison:
     size_set: str | None = None
     #: folded: the size sets in which the output disagreed
     failed_sets: tuple[str, ...] = ()
+    nonfinite_mismatches: int = 0
+    class_axis: int | None = None
+    top1_rows: int = 0
+    top1_agree: int = 0
+    #: the metrics that fail the criterion: ``non-finite``, ``atol/rtol``, ``cosine``, ``max abs``,
+    #: ``agreement``, ``top-1``
+    failed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """True when the candidate's output agrees element by element within tolerance."""
-        return self.problem is None and self.mismatches == 0
+        """True when the candidate's output meets the validation's criterion."""
+        return self.problem is None and not self.failed
+
+    @property
+    def agreement(self) -> float | None:
+        """Integer, bool and string outputs: the share (0..1) of elements equal to the original's."""
+        if not self.exact or not self.elements or self.problem is not None:
+            return None
+        return (self.elements - self.mismatches) / self.elements
+
+    @property
+    def top1(self) -> float | None:
+        """Class scores: the share (0..1) of rows whose top-1 class is the original's."""
+        return self.top1_agree / self.top1_rows if self.top1_rows else None
 
     @property
     def mismatch_fraction(self) -> float:
@@ -64,20 +99,41 @@ class OutputComparison:
         data["shape"] = list(self.shape)
         data["candidate_shape"] = None if self.candidate_shape is None else list(self.candidate_shape)
         data["failed_sets"] = list(self.failed_sets)
-        data.update(ok=self.ok, verdict=self.verdict, mismatch_fraction=self.mismatch_fraction)
+        data["failed"] = list(self.failed)
+        data.update(ok=self.ok, verdict=self.verdict, mismatch_fraction=self.mismatch_fraction,
+                    agreement=self.agreement, top1=self.top1)
         return data
 
+    def describe(self) -> str:
+        """The metrics a report shows for this output: ``cosine 0.999964, max abs 0.0196, top-1 99.6% of 500
+        rows`` or ``99.6% agree (498 of 500)``, with the non-finite values that differ."""
+        if self.problem is not None:
+            return self.problem
+        if self.exact:
+            text = f"{percent(self.agreement or 0.0)} agree ({self.elements - self.mismatches} of {self.elements})"
+        else:
+            text = f"cosine {_num(self.cosine, '.6f')}, max abs {_num(self.max_abs, '.3g')}"
+            if self.top1_rows:
+                text += f", top-1 {percent(self.top1 or 0.0)} of {self.top1_rows} row(s)"
+        if self.nonfinite_mismatches:
+            text += f", {self.nonfinite_text()}"
+        return text
 
-def merge_runs(per_run: Sequence[OutputComparison]) -> OutputComparison:
-    """Fold the comparisons of one output over several runs into one (worst values, summed counts)."""
+    def nonfinite_text(self) -> str:
+        """``NaN/inf differ at 24 of 24 elements (NaN 0 -> 0, inf 0 -> 24)``: original -> candidate counts."""
+        return (f"NaN/inf differ at {self.nonfinite_mismatches} of {self.elements} elements "
+                f"(NaN {self.nan_original} -> {self.nan_candidate}, inf {self.inf_original} -> {self.inf_candidate})")
+
+
+def merge_runs(per_run: Sequence[OutputComparison], criterion: Criterion) -> OutputComparison:
+    """Fold the comparisons of one output over several runs into one (worst values, summed counts), judged by
+    ``criterion`` on the folded values (rates over every run's elements or rows together)."""
     first = per_run[0]
     problems = [c.problem for c in per_run if c.problem is not None]
-    failed_sets = tuple(dict.fromkeys(c.size_set for c in per_run if not c.ok and c.size_set is not None))
-    return dataclasses.replace(
+    folded = dataclasses.replace(
         first,
         run=None,
         size_set=None,
-        failed_sets=failed_sets,
         elements=sum(c.elements for c in per_run),
         mismatches=sum(c.mismatches for c in per_run),
         max_abs=_fold(max, [c.max_abs for c in per_run]),
@@ -87,13 +143,24 @@ def merge_runs(per_run: Sequence[OutputComparison]) -> OutputComparison:
         nan_candidate=sum(c.nan_candidate for c in per_run),
         inf_original=sum(c.inf_original for c in per_run),
         inf_candidate=sum(c.inf_candidate for c in per_run),
+        nonfinite_mismatches=sum(c.nonfinite_mismatches for c in per_run),
+        top1_rows=sum(c.top1_rows for c in per_run),
+        top1_agree=sum(c.top1_agree for c in per_run),
         problem=problems[0] if problems else None,
     )
+    failed = criterion.failures(folded)
+    failed_sets = tuple(dict.fromkeys(c.size_set for c in per_run if c.size_set is not None and (
+        c.problem is not None or set(c.failed) & set(failed))))
+    return dataclasses.replace(folded, failed=failed, failed_sets=failed_sets)
 
 
 def _fold(pick: Any, values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return pick(known) if known else None
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "?" if value is None else format(value, fmt)
 
 
 @dataclass
@@ -104,7 +171,8 @@ class ValidationReport:
     ``per_run`` holds the same per size set and run (``size_set``, ``run``). ``runs`` is the number of input
     sets per size. ``sizes`` lists the size sets that ran, in order (``name``, the input ``shapes``, and the
     ``inputs`` described); ``inputs`` describes the first (the sample): shape, dtype, where it came from, the
-    value range when generated. ``timings`` holds seconds per model and phase.
+    value range when generated. ``timings`` holds seconds per model and phase. ``criterion`` is the pass/fail
+    rule (``atol``/``rtol`` are its own).
     """
 
     outputs: list[OutputComparison]
@@ -117,6 +185,11 @@ class ValidationReport:
     extra_outputs: list[str] = field(default_factory=list)
     timings: dict[str, dict[str, float]] = field(default_factory=dict)
     sizes: list[dict[str, Any]] = field(default_factory=list)
+    criterion: Criterion | None = None
+
+    def __post_init__(self) -> None:
+        if self.criterion is None:
+            self.criterion = Criterion(atol=self.atol, rtol=self.rtol)
 
     @property
     def ok(self) -> bool:
@@ -134,9 +207,14 @@ class ValidationReport:
         known = [o for o in self.outputs if o.max_abs is not None]
         return max(known, key=lambda o: o.max_abs or 0.0) if known else None
 
+    @property
+    def rule(self) -> str:
+        """The pass/fail rule in words: ``atol=0.0001, rtol=0.001`` or ``cosine >= 0.99, agreement >= 99%``."""
+        return (self.criterion or Criterion(atol=self.atol, rtol=self.rtol)).describe()
+
     def summary(self) -> str:
         """One line: the verdict, the tolerances, and the worst or the failing outputs."""
-        tol = f"atol={self.atol:g}, rtol={self.rtol:g}"
+        tol = self.rule
         runs = f"{self.runs} run" + ("s" if self.runs != 1 else "")
         if len(self.sizes) > 1:
             runs += f" at each of {len(self.sizes)} input sizes ({', '.join(self.size_names())})"
@@ -144,7 +222,7 @@ class ValidationReport:
             worst = self.worst
             detail = f" (worst: {worst.name} max abs {worst.max_abs:.3g})" if worst else ""
             return f"OK: {len(self.outputs)} output(s) agree over {runs} within {tol}{detail}"
-        parts = [_describe_failure(o, self._shapes_of(o.failed_sets)) for o in self.failed]
+        parts = [_describe_failure(o, self._shapes_of(o.failed_sets), self.criterion) for o in self.failed]
         return f"MISMATCH: {len(parts)} of {len(self.outputs)} output(s) disagree ({tol}): " + "; ".join(parts)
 
     def size_names(self) -> list[str]:
@@ -163,6 +241,7 @@ class ValidationReport:
             "summary": self.summary(),
             "atol": self.atol,
             "rtol": self.rtol,
+            "criterion": self.criterion.to_dict() if self.criterion is not None else None,
             "runs": self.runs,
             "seed": self.seed,
             "inputs": self.inputs,
@@ -174,14 +253,34 @@ class ValidationReport:
         }
 
 
-def _describe_failure(o: OutputComparison, failed_in: list[str]) -> str:
-    where = f" in the {' and the '.join(failed_in)}" if failed_in else ""
+def describe_failures(o: OutputComparison, criterion: Criterion | None) -> str:
+    """``label: 80% agree (400 of 500), need >= 99%``: each metric on which ``o`` fails, with its limit."""
     if o.problem is not None:
-        return f"{o.name}: {o.problem}{where}"
-    text = f"{o.name}: {o.mismatch_fraction:.3%} of elements outside tolerance"
-    if o.max_abs is not None:
-        text += f", max abs {o.max_abs:.3g}"
-    return text + where
+        return f"{o.name}: {o.problem}"
+    rule = criterion or Criterion()
+    texts = []
+    for metric in o.failed:
+        if metric == NON_FINITE:
+            texts.append(o.nonfinite_text())
+        elif metric == ELEMENTS:
+            text = f"{o.mismatch_fraction:.3%} of elements outside tolerance"
+            texts.append(text + (f", max abs {o.max_abs:.3g}" if o.max_abs is not None else ""))
+        elif metric == COSINE:
+            texts.append(f"cosine {_num(o.cosine, '.6f')}, need >= {rule.min_cosine:g}")
+        elif metric == MAX_ABS:
+            texts.append(f"max abs {_num(o.max_abs, '.3g')}, need <= {rule.max_abs:g}")
+        elif metric == AGREEMENT:
+            texts.append(f"{percent(o.agreement or 0.0)} agree ({o.elements - o.mismatches} of {o.elements}), "
+                         f"need {'all' if rule.min_agreement >= 1.0 else '>= ' + percent(rule.min_agreement)}")
+        elif metric == TOP1:
+            texts.append(f"top-1 class kept in {percent(o.top1 or 0.0)} of {o.top1_rows} row(s), "
+                         f"need >= {percent(rule.min_top1 or 0.0)}")
+    return f"{o.name}: " + "; ".join(texts)
+
+
+def _describe_failure(o: OutputComparison, failed_in: list[str], criterion: Criterion | None) -> str:
+    where = f" in the {' and the '.join(failed_in)}" if failed_in else ""
+    return describe_failures(o, criterion) + where
 
 
 def _shape_text(shape: Sequence[int]) -> str:

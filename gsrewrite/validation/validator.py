@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
+from gsrewrite.validation.class_scores import ClassAxis, class_axes
 from gsrewrite.validation.control import control_inputs
+from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
@@ -43,6 +45,10 @@ def validate(
     seed: int = 0,
     providers: Sequence[str] | None = None,
     max_memory: int | str | None = None,
+    min_cosine: float | None = None,
+    max_abs: float | None = None,
+    min_agreement: float = 1.0,
+    min_top1: float | None = None,
 ) -> ValidationReport:
     """Run ``original`` and ``candidate`` in onnxruntime on the same inputs and compare their outputs.
 
@@ -51,9 +57,13 @@ def validate(
     a dict name -> array or the path of an ``.npz`` file: the sample (the other sizes are generated); without
     it inputs are generated from ``seed`` (``input_shapes`` fixes dynamic dims: ``{"input_ids": (1, 128)}`` or
     ``{"batch": 1}``, in every set). With given inputs, ``runs`` repeats them. An element disagrees when
-    ``|a - b| > atol`` and ``|a - b| / |b| > rtol`` (polygraphy's rule, ``b`` from the original); integer
-    and bool outputs must be equal. ``max_memory`` (bytes or ``"2GB"``; default half the available memory)
-    bounds the estimated peak memory of a run: larger size sets are dropped.
+    ``|a - b| > atol`` and ``|a - b| / |b| > rtol`` (polygraphy's rule, ``b`` from the original), or, when
+    ``min_cosine`` or ``max_abs`` is given, float outputs are judged by those instead (what compression is held
+    to); integer and bool outputs must be equal in at least ``min_agreement`` of their elements (1.0: all); class
+    scores keep their top-1 class in at least ``min_top1`` of their rows when it is given. A NaN or infinity that
+    the original does not have in that place always disagrees (``docs/validation.md``). ``max_memory`` (bytes
+    or ``"2GB"``; default half the available memory) bounds the estimated peak memory of a run: larger size
+    sets are dropped.
 
     Raises :class:`~gsrewrite.errors.InputDataError` when the inputs do not fit the models (or the
     models take different inputs; :class:`~gsrewrite.validation.memory.MemoryBudgetError` when even the
@@ -61,8 +71,10 @@ def validate(
     cannot load the original (or it has no outputs), :class:`~gsrewrite.errors.ValidationError` when
     onnxruntime cannot run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
     """
+    criterion = Criterion(atol=atol, rtol=rtol, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
+                          min_top1=min_top1)
     validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
-                          seed=seed, providers=providers, max_memory=max_memory)
+                          seed=seed, providers=providers, max_memory=max_memory, criterion=criterion)
     return validator.check(candidate)
 
 
@@ -70,13 +82,18 @@ class Validator:
     """The original model, run once per input set; :meth:`check` compares any number of candidates with it.
 
     Use it when several candidates are compared with one original (bisecting a failed rewrite): the
-    original's session and outputs are computed once. Options are those of :func:`validate`.
+    original's session and outputs are computed once. Options are those of :func:`validate`; ``criterion``, when
+    given, is the whole pass/fail rule (its ``atol``/``rtol`` replace those given).
     """
 
     def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
-                 seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None) -> None:
-        _check_options(runs, atol, rtol)
+                 seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None,
+                 criterion: Criterion | None = None) -> None:
+        self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol)
+        atol, rtol = self.criterion.atol, self.criterion.rtol
+        _check_options(runs)
+        self.criterion.check()
         if inputs is not None and input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
@@ -84,6 +101,7 @@ class Validator:
         self.original = resolve_model(original, "original")
         check_outputs(self.original)
         self.specs = model_inputs(self.original.proto)
+        self.class_axes = class_axes(self.original.proto)
         self.reuse_memory = not _small_inputs(self.specs, self.original, inputs, input_shapes)
         given = prepare_inputs(inputs, self.specs) if inputs is not None else None
         with open_session(self.original, providers, self.reuse_memory) as session:
@@ -180,14 +198,15 @@ class Validator:
             for input_set, expected in zip(self.sets, self.outputs, strict=True):
                 for run in range(self.runs):
                     outputs = _run(session, input_set.feed(run), input_set.described)
-                    compared = compare_run(run, expected[run], outputs, self.atol, self.rtol)
+                    compared = compare_run(run, expected[run], outputs, self.atol, self.rtol,
+                                           criterion=self.criterion, class_axes=self.class_axes)
                     per_run += [dataclasses.replace(c, size_set=input_set.size.name) for c in compared]
             extra = [name for name in session.output_names if name not in self.output_names]
             timings = {**self.timings, "candidate": _timings(model, session)}
         report = ValidationReport(
-            outputs=_fold_runs(per_run), per_run=per_run, runs=self.runs, atol=self.atol, rtol=self.rtol,
-            seed=self.seed, inputs=self.described, extra_outputs=extra, timings=timings,
-            sizes=[_size_entry(s) for s in self.sets],
+            outputs=_fold_runs(per_run, self.criterion), per_run=per_run, runs=self.runs, atol=self.atol,
+            rtol=self.rtol, seed=self.seed, inputs=self.described, extra_outputs=extra, timings=timings,
+            sizes=[_size_entry(s) for s in self.sets], criterion=self.criterion,
         )
         log.info("%s", report.summary())
         return report
@@ -208,17 +227,22 @@ def _size_entry(input_set: InputSet) -> dict[str, Any]:
 
 
 def compare_run(
-    run: int, original: Mapping[str, Any], candidate: Mapping[str, Any], atol: float, rtol: float
+    run: int, original: Mapping[str, Any], candidate: Mapping[str, Any], atol: float, rtol: float, *,
+    criterion: Criterion | None = None, class_axes: Mapping[str, ClassAxis] | None = None,
 ) -> list[OutputComparison]:
-    """Compare the outputs of one run by name, in the original's output order.
+    """Compare the outputs of one run by name, in the original's output order, judged by ``criterion``
+    (default: atol/rtol); ``class_axes``: the outputs holding class scores.
 
     A sequence output ``s`` (a list of arrays) is compared item by item as ``s[0]``, ``s[1]``, ...
     """
     original, candidate = _flatten(original), _flatten(candidate)
+    rule = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol)
+    axes = class_axes or {}
     results = []
     for name, value in original.items():
         if name in candidate:
-            results.append(compare_output(name, run, value, candidate[name], atol, rtol))
+            results.append(compare_output(name, run, value, candidate[name], criterion=rule,
+                                          class_axis=axes.get(name)))
         else:
             results.append(missing_output(name, run, value))
     return results
@@ -267,19 +291,17 @@ def _small_inputs(specs: list[Any], original: ModelSource, inputs: InputSource |
     return sum(int(np.prod(shape)) for shape in shapes.values()) <= SMALL_INPUT_ELEMENTS
 
 
-def _fold_runs(per_run: list[OutputComparison]) -> list[OutputComparison]:
+def _fold_runs(per_run: list[OutputComparison], criterion: Criterion) -> list[OutputComparison]:
     by_name: dict[str, list[OutputComparison]] = {}
     for comparison in per_run:
         by_name.setdefault(comparison.name, []).append(comparison)
-    return [merge_runs(group) for group in by_name.values()]
+    return [merge_runs(group, criterion) for group in by_name.values()]
 
 
 def _timings(model: ModelSource, session: Session) -> dict[str, float]:
     return {"load": model.load_seconds, "session": session.create_seconds, "run": session.run_seconds}
 
 
-def _check_options(runs: int, atol: float, rtol: float) -> None:
+def _check_options(runs: int) -> None:
     if not isinstance(runs, int) or runs < 1:
         raise UsageError(f"runs must be a positive integer, got {runs!r}")
-    if not (atol >= 0 and rtol >= 0):  # also rejects NaN
-        raise UsageError(f"tolerances must be non-negative numbers, got atol={atol!r}, rtol={rtol!r}")

@@ -38,7 +38,8 @@ class Float16:
     name: str = "fp16"
     description: str = ("float16 weights and compute (inputs/outputs stay float32 by default; range-sensitive "
                         "ops stay float32)")
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.999))
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.999, min_agreement=0.99,
+                                                                   min_top1=0.99))
     options: tuple[str, ...] = ("keep_io_types", "exclude", "keep_ops")
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
@@ -104,7 +105,8 @@ class Float16:
 class BFloat16Weights:
     name: str = "bf16"
     description: str = "weights stored as bfloat16, computed in float32 (a Cast per weight, folded at load)"
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.999))
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.999, min_agreement=0.99,
+                                                                   min_top1=0.99))
     options: tuple[str, ...] = ("min_elements",)
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:

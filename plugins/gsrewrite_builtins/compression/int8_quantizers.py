@@ -2,7 +2,9 @@
 selection, the validation and the report; the quantization itself is onnxruntime's).
 
 * ``dynamic-int8``: ``quantize_dynamic`` (int8 weights per channel or per tensor, activations quantized at run
-  time) of MatMul/Gemm (``op_types`` to change), the transformer case.
+  time) of the op types it quantizes by default (Conv, MatMul, Attention, LSTM, Gather, Transpose,
+  EmbedLayerNormalization; Gemm as MatMul + Add; ``op_types`` to change), the transformer case: embedding tables
+  (Gather) included, as onnxruntime does.
 * ``static-int8``: ``quantize_static`` in QDQ format with calibration on given inputs (``calibration``: an
   ``.npz`` file or a folder of them, keys = input names) or, without them, on generated inputs; for CNNs.
 """
@@ -58,10 +60,6 @@ def _check(name: str, options: dict[str, Any], allowed: tuple[str, ...]) -> None
         raise UsageError(f"strategy {name!r} has no option {unknown[0]!r} (options: {', '.join(allowed)})")
 
 
-def _count(model: onnx.ModelProto, op_types: list[str]) -> int:
-    return sum(1 for n in model.graph.node if n.op_type in op_types and n.domain in ("", "ai.onnx"))
-
-
 def _quantized_nodes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[str]:
     kept = {n.name for n in after.graph.node}
     return [n.name for n in before.graph.node if n.name and n.name not in kept]
@@ -70,17 +68,19 @@ def _quantized_nodes(before: onnx.ModelProto, after: onnx.ModelProto) -> list[st
 @dataclass
 class DynamicInt8:
     name: str = "dynamic-int8"
-    description: str = "onnxruntime quantize_dynamic: int8 MatMul/Gemm weights, activations quantized at run time"
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99))
+    description: str = ("onnxruntime quantize_dynamic with its default op types (MatMul/Gemm, Conv, Gather "
+                        "embeddings, ...): int8 weights, activations quantized at run time")
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99, min_agreement=0.99,
+                                                                   min_top1=0.99))
     options: tuple[str, ...] = ("op_types", "per_channel", "reduce_range", "exclude", "symmetric")
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
         _check(self.name, options, self.options)
         from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization.registry import IntegerOpsRegistry
 
         model = named_copy(model)  # its quantizer excludes nodes by name: bisection needs every node named
-        present = {n.op_type for n in model.graph.node}
-        op_types = list(options.get("op_types") or [t for t in ("MatMul", "Gemm", "Attention") if t in present])
+        op_types = list(options.get("op_types") or ())  # none: quantize_dynamic's own defaults
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
@@ -96,16 +96,21 @@ class DynamicInt8:
                 raise UsageError(f"onnxruntime's quantize_dynamic failed: {str(exc).splitlines()[0]}") from None
             result = load_model(str(target))
         changed = _quantized_nodes(model, result)
-        count = _count(model, op_types) - _count(result, op_types)  # unnamed nodes too
-        return Compressed(result, [f"{count} node(s) quantized by onnxruntime's quantize_dynamic "
-                                   f"({', '.join(op_types)})"], changed)
+        asked = ", ".join(op_types) if op_types else "its defaults: " + ", ".join(IntegerOpsRegistry) + \
+            " (Gemm as MatMul + Add)"
+        notes = [f"onnxruntime's quantize_dynamic of {asked}"]
+        if any(n.op_type == "ConvInteger" for n in result.graph.node):
+            notes.append("Conv runs as ConvInteger, which onnxruntime's CPU provider runs slower than float Conv; "
+                         "static-int8 suits CNNs")
+        return Compressed(result, notes, changed)
 
 
 @dataclass
 class StaticInt8:
     name: str = "static-int8"
     description: str = "onnxruntime quantize_static, QDQ, calibrated on --calibration inputs (CNNs)"
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.98))
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.98, min_agreement=0.98,
+                                                                   min_top1=0.98))
     options: tuple[str, ...] = ("calibration", "op_types", "per_channel", "exclude", "calibration_sets")
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:

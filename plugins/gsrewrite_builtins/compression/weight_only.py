@@ -37,7 +37,8 @@ class WeightOnly:
     bits: int
     name: str = ""
     description: str = ""
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99))
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99, min_agreement=0.99,
+                                                                   min_top1=0.99))
     options: tuple[str, ...] = OPTIONS
 
     def __post_init__(self) -> None:
@@ -46,7 +47,7 @@ class WeightOnly:
             f"{self.bits}-bit weight-only quantization of MatMul/Gemm{' and Conv' if self.bits == 8 else ''} "
             "weights: MatMulNBits (--target ort) or DequantizeLinear (--target onnx)")
         if self.bits == 4:
-            self.tolerance = Tolerance(min_cosine=0.95)
+            self.tolerance = Tolerance(min_cosine=0.95, min_agreement=0.95, min_top1=0.95)
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
         unknown = sorted(set(options) - set(OPTIONS))
@@ -86,6 +87,8 @@ class WeightOnly:
         if editor.skipped:
             notes.append(f"{len(editor.skipped)} left in float: " + "; ".join(editor.skipped[:5])
                          + (" ..." if len(editor.skipped) > 5 else ""))
+        if not editor.quantized and not editor.skipped:
+            notes.append(_nothing_quantized(model, sorted(op_types), min_elements))
         return Compressed(result, notes, quantized_nodes=editor.quantized_nodes)
 
 
@@ -153,7 +156,11 @@ class _Editor:
         if users.get(tensor.name, 0) != 1:
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} is shared")
             return None
-        return numpy_helper.to_array(tensor).astype(np.float32)
+        values = numpy_helper.to_array(tensor).astype(np.float32)
+        if not np.isfinite(values).all():  # a scale of inf: every code of its group NaN
+            self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} holds NaN or infinity")
+            return None
+        return values
 
     def _replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
                  ) -> list[onnx.NodeProto] | None:
@@ -239,6 +246,18 @@ class _Editor:
         self.quantized += 1
         self.quantized_nodes.append(node.name or node.output[0])
         return [dq, rewired]
+
+
+def _nothing_quantized(model: onnx.ModelProto, op_types: list[str], min_elements: int) -> str:
+    """Why no weight was quantized: which ops read the model's weights instead."""
+    inits = initializer_map(model.graph)
+    readers: dict[str, int] = {}
+    for node in model.graph.node:
+        if any(name in inits and math.prod(inits[name].dims) >= min_elements for name in node.input):
+            readers[node.op_type] = readers.get(node.op_type, 0) + 1
+    found = ", ".join(f"{op} {n}" for op, n in sorted(readers.items())) or "none"
+    return (f"no {'/'.join(op_types)} weight to quantize (weights of {min_elements} elements or more are read by: "
+            f"{found})")
 
 
 def _trans_b(node: onnx.NodeProto) -> bool:
