@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 MAX_BISECT_RUNS = 40
 #: a compressed model whose latency is more than this times its input's is refused (unless allow_slower)
 MAX_SLOWDOWN = 1.10
+#: with generated inputs, labels (integer/bool outputs) and class scores are judged on at least this many elements
+#: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
+MIN_RATE_SAMPLES = 64
+MAX_RATE_RUNS = 16
 #: the fields of a Tolerance, each overridable in compress()
 TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
 
@@ -76,6 +80,8 @@ class CompressResult:
     excluded: list[str] = field(default_factory=list)
     latency_ms: tuple[float, float] | None = None
     census: Census | None = None
+    #: input sets per size the validation ran (more than one when labels or class scores needed more rows)
+    validation_runs: int = 1
 
     @property
     def criterion(self) -> Criterion:
@@ -100,7 +106,8 @@ class CompressResult:
         if self.excluded:
             lines.append(f"  left uncompressed to meet the tolerance: {', '.join(self.excluded)}")
         if self.validated:
-            lines.append(f"  outputs vs the uncompressed model ({self.criterion.describe()}):")
+            runs = f"; {self.validation_runs} input sets per size" if self.validation_runs > 1 else ""
+            lines.append(f"  outputs vs the uncompressed model ({self.criterion.describe()}{runs}):")
             for o in self.outputs:
                 verdict = "" if o.ok else f"  OUT OF TOLERANCE ({', '.join(o.failed) or o.verdict})"
                 lines.append(f"    {o.name}: {o.describe()}{verdict}")
@@ -120,7 +127,7 @@ class CompressResult:
                                  "ratio": round(self.weight_bytes[1] / max(self.weight_bytes[0], 1), 4)},
                 "tolerance": {name: getattr(self.tolerance, name) for name in TOLERANCE_FIELDS},
                 "graph": None if self.census is None else self.census.to_dict(),
-                "validated": self.validated, "excluded": self.excluded,
+                "validated": self.validated, "validation_runs": self.validation_runs, "excluded": self.excluded,
                 "outputs": [{"name": o.name, "max_abs": o.max_abs, "cosine": o.cosine, "agreement": o.agreement,
                              "top1": o.top1, "top1_rows": o.top1_rows, "elements": o.elements,
                              "nonfinite_mismatches": o.nonfinite_mismatches, "problem": o.problem,
@@ -211,13 +218,26 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
     with stage("validating"):
         validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
         result.outputs = validator.check(result.model).outputs
-    result.validated = True
+        runs = _rate_runs(result.outputs) if inputs is None and result.ok else 1
+        if runs > 1:  # a few labels cannot show a 1% change: judge on more generated input sets
+            validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, runs=runs,
+                                  criterion=result.criterion)
+            result.outputs = validator.check(result.model).outputs
+    result.validated, result.validation_runs = True, runs
     if not result.ok and changed and "exclude" in getattr(strategy, "options", ()):
         with stage("bisecting"):
             _bisect(result, strategy, original, options, changed, validator)
     if not result.ok:
         raise OutOfToleranceError(f"the {result.strategy} model misses the tolerance ({result.failures()}); "
                                   f"nothing written\n{result.report()}", result)
+
+
+def _rate_runs(outputs: list[OutputComparison]) -> int:
+    """The input sets per size that give every label output (integer/bool) and every set of class scores at least
+    MIN_RATE_SAMPLES elements or rows to judge a rate on (at most MAX_RATE_RUNS; 1 when one run gives enough)."""
+    samples = [o.elements if o.exact else o.top1_rows for o in outputs if o.exact or o.top1_rows]
+    fewest = min((n for n in samples if n), default=MIN_RATE_SAMPLES)
+    return min(MAX_RATE_RUNS, max(1, math.ceil(MIN_RATE_SAMPLES / fewest)))
 
 
 def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],

@@ -255,9 +255,10 @@ def _nothing_quantized(model: onnx.ModelProto, op_types: list[str], min_elements
     for node in model.graph.node:
         if any(name in inits and math.prod(inits[name].dims) >= min_elements for name in node.input):
             readers[node.op_type] = readers.get(node.op_type, 0) + 1
-    found = ", ".join(f"{op} {n}" for op, n in sorted(readers.items())) or "none"
-    return (f"no {'/'.join(op_types)} weight to quantize (weights of {min_elements} elements or more are read by: "
-            f"{found})")
+    wanted = f"no {'/'.join(op_types)} weight of {min_elements} elements or more to quantize"
+    if not readers:
+        return f"{wanted} (smaller weights stay float: min_elements)"
+    return f"{wanted}; the model's weights feed " + ", ".join(f"{op} {n}" for op, n in sorted(readers.items()))
 
 
 def _trans_b(node: onnx.NodeProto) -> bool:
