@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -157,3 +160,60 @@ def _unloadable(tmp_path) -> str:
     model = onnx.load(bias_model(tmp_path / "u.onnx"))
     model.graph.node[0].op_type = "NoSuchOp"
     return _save(model, tmp_path / "u.onnx")
+
+
+# --- the criterion options, through the console script users run ------------------------------------------------
+GSREWRITE = Path(sys.executable).parent / "gsrewrite"
+
+
+def _cli(cwd, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(GSREWRITE), "validate", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def _linear(path, weight: np.ndarray, head: str = "ArgMax") -> str:
+    """logits = x[200, 16] @ weight; label = ArgMax(logits) (``head``: "ArgMax" or "" for logits only)."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"])]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [200, weight.shape[1]])]
+    if head:
+        nodes.append(helper.make_node("ArgMax", ["logits"], ["label"], axis=-1, keepdims=0))
+        outputs.append(helper.make_tensor_value_info("label", TensorProto.INT64, [200]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [200, 16])], outputs,
+                              [numpy_helper.from_array(weight.astype(np.float32), "w")])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_cosine_judges_float_outputs_as_compress_does(tmp_path):
+    """A weight scaled by 1.01: every element is outside atol/rtol, the direction is the same (cosine 1)."""
+    weight = np.random.default_rng(0).standard_normal((16, 4))
+    original, scaled = _linear(tmp_path / "a.onnx", weight, ""), _linear(tmp_path / "b.onnx", weight * 1.01, "")
+    assert _cli(tmp_path, original, scaled).returncode == 1
+    done = _cli(tmp_path, original, scaled, "--cosine", "0.999")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cosine >= 0.999" in done.stdout and "top-1 100%" in done.stdout  # 2-D logits: top-1 beside cosine
+    data = json.loads(_cli(tmp_path, original, scaled, "--cosine", "0.999", "--json").stdout)
+    assert data["criterion"]["min_cosine"] == 0.999 and data["outputs"][0]["top1"] == 1.0
+    infinite = weight.copy()
+    infinite[0, 0] = np.inf
+    worse = _cli(tmp_path, original, _linear(tmp_path / "c.onnx", infinite, ""), "--cosine", "-1", "--max-abs", "1e30")
+    assert worse.returncode == 1 and "NaN/inf differ at" in worse.stdout and "non-finite" in worse.stdout
+
+
+def test_min_agreement_and_min_top1_judge_labels_and_class_scores(tmp_path):
+    """Close logits, a slightly different weight: a share of the 200 labels changes."""
+    rng = np.random.default_rng(0)
+    weight = 1.0 + 0.01 * rng.standard_normal((16, 10))
+    original = _linear(tmp_path / "a.onnx", weight)
+    candidate = _linear(tmp_path / "b.onnx", weight + 0.002 * rng.standard_normal(weight.shape))
+    strict = _cli(tmp_path, original, candidate, "--cosine", "0.99", "--json")
+    assert strict.returncode == 1
+    by_name = {o["name"]: o for o in json.loads(strict.stdout)["outputs"]}
+    agreement = by_name["label"]["agreement"]
+    assert 0.5 < agreement < 1.0 and by_name["label"]["failed"] == ["agreement"] and by_name["logits"]["ok"]
+    assert by_name["logits"]["top1"] == agreement  # the same rows keep their class in both outputs
+    relaxed = _cli(tmp_path, original, candidate, "--cosine", "0.99", "--min-agreement", str(agreement - 0.01))
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    assert f"{100 * agreement:.3f}".rstrip("0").rstrip(".") + "%" in relaxed.stdout  # the agree column
+    top1 = _cli(tmp_path, original, candidate, "--cosine", "0.99", "--min-agreement", "0", "--min-top1", "0.999")
+    assert top1.returncode == 1 and "top-1 class kept in" in top1.stdout and "need >= 99.9%" in top1.stdout
+    bad = _cli(tmp_path, original, candidate, "--min-agreement", "1.5")
+    assert bad.returncode == 2 and "--min-agreement" in bad.stderr and bad.stdout == ""

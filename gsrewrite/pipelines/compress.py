@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
@@ -30,6 +30,9 @@ from gsrewrite.registry import NamedRegistry
 from gsrewrite.stages import stage
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
+
+if TYPE_CHECKING:
+    from gsrewrite.validation import Validator
 
 log = logging.getLogger(__name__)
 
@@ -182,12 +185,18 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     result = CompressResult(compressed, strategy, given, tolerance, notes)
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
+    validator = None
+    if validate:  # the original's reference runs first: a model onnxruntime cannot run is bad input (exit 2)
+        from gsrewrite.validation import Validator
+
+        with stage("validating"):
+            validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
     if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(original, compressed):
         why = "; ".join(notes) or "the strategy left every weight as it was"
         raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
                                      "nothing written", result)
-    if validate:
-        _validate(result, chosen, original, baseline, given, changed, inputs, input_shapes)
+    if validator is not None:
+        _validate(result, chosen, original, baseline, given, changed, validator, inputs, input_shapes)
     result.census = census(result.model)
     if bench_runs:
         _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
@@ -211,12 +220,12 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
 
 
 def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: onnx.ModelProto,
-              options: dict[str, Any], changed: list[str], inputs: Any, input_shapes: Any) -> None:
+              options: dict[str, Any], changed: list[str], validator: Validator, inputs: Any, input_shapes: Any
+              ) -> None:
     """Compare with the baseline (its outputs computed once), bisect when the strategy allows it, or raise."""
     from gsrewrite.validation import Validator
 
     with stage("validating"):
-        validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
         result.outputs = validator.check(result.model).outputs
         runs = _rate_runs(result.outputs) if inputs is None and result.ok else 1
         if runs > 1:  # a few labels cannot show a 1% change: judge on more generated input sets
@@ -241,7 +250,7 @@ def _rate_runs(outputs: list[OutputComparison]) -> int:
 
 
 def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
-            changed: list[str], validator: Any) -> None:
+            changed: list[str], validator: Validator) -> None:
     """Exclude nodes (smallest failing prefix's last node, repeatedly) until the tolerance is met."""
     excluded: list[str] = list(options.get("exclude") or ())
     candidates = list(changed)

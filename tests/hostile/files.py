@@ -179,6 +179,6 @@ def _ext_subgraph(folder: Path) -> None:
     write(folder, model(graph(nodes, [vi("x"), vi("c", [], TensorProto.BOOL)], [vi("y")])))
 
 
-@case("valid_relu", "control: a valid y = Relu(x) model", 0)
+@case("valid_relu", "control: a valid y = Relu(x) model", 0, tags=("weightless",))
 def _valid(folder: Path) -> None:
     write(folder, relu_model())
