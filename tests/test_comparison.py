@@ -86,8 +86,8 @@ def _axes(text: str) -> dict[str, ClassAxis]:
 def test_which_outputs_hold_class_scores() -> None:
     assert _axes("g (float[N, 4] x) => (float[N, 4] s, int64[N] k) { s = Relu (x)\n k = ArgMax <axis = 1> (s) }") \
         == {"s": ClassAxis(1)}
-    assert _axes("g (float[N, 4] x) => (float[N, 4] s, float[N, 2] v, int64[N, 2] i) "
-                 "{ s = Relu (x)\n k = Constant <value = int64[1] {2}> ()\n v, i = TopK (s, k) }") == {"s": ClassAxis(-1)}
+    topk = "{ s = Relu (x)\n k = Constant <value = int64[1] {2}> ()\n v, i = TopK (s, k) }"
+    assert _axes(f"g (float[N, 4] x) => (float[N, 4] s, float[N, 2] v, int64[N, 2] i) {topk}") == {"s": ClassAxis(-1)}
     assert _axes("g (float[N, 4] x) => (float[N, 4] p) { p = Softmax <axis = 1> (x) }") == {"p": ClassAxis(1)}
     assert _axes("g (float[N, S, 4] x) => (float[N, S, 4] logits) { logits = Relu (x) }") == {"logits": ClassAxis(-1)}
     assert _axes("g (float[N, 4] x) => (float[N, 3] y) { h = MatMul (x, w)\n y = Add (h, b) }") \

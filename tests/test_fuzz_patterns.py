@@ -15,6 +15,10 @@ Two tiers:
   all; ``GSREWRITE_FUZZ_EXAMPLES=N`` sets the number per family), every size. It runs when selected with
   ``-m slow`` or with ``GSREWRITE_FUZZ_SLOW=1`` in the environment, and is skipped otherwise (a plain
   ``pytest`` run stays short, although CI selects no marker).
+
+Compressed models (tests/fuzz/compression.py) are compared with the comparison compression itself uses (NaN/inf
+patterns, cosine, label agreement, top-1 of class scores), on fresh rows: 12 examples in the short tier, the
+slow tier's number in the slow one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Callable
 
 import pytest
 from fuzz.cases import PADDINGS, Case
+from fuzz.compression import CompressionCase, check_compression, compression_cases
 from fuzz.pinned import pinned
 from fuzz.runner import SIZES, check
 from fuzz.strategies import FAMILIES
@@ -64,6 +69,25 @@ def test_rewrites_agree_at_every_size_slow_tier(family: str, request: pytest.Fix
     if not _slow_selected(request.config):
         pytest.skip("slow fuzz tier: select with -m slow or GSREWRITE_FUZZ_SLOW=1")
     SLOW(_property(family, st.just(list(SIZES)), list(SIZES)))()
+
+
+COMPRESS_SHORT = settings(SHORT, max_examples=12)
+
+
+@given(case=compression_cases())
+def _compression_property(case: CompressionCase) -> None:
+    check_compression(case)
+
+
+def test_compressed_models_agree_by_the_new_metric() -> None:
+    COMPRESS_SHORT(_compression_property)()
+
+
+@pytest.mark.slow
+def test_compressed_models_agree_by_the_new_metric_slow_tier(request: pytest.FixtureRequest) -> None:
+    if not _slow_selected(request.config):
+        pytest.skip("slow fuzz tier: select with -m slow or GSREWRITE_FUZZ_SLOW=1")
+    SLOW(_compression_property)()
 
 
 def test_the_checker_catches_a_wrong_rewrite() -> None:

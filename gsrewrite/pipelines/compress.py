@@ -42,8 +42,8 @@ MAX_BISECT_RUNS = 40
 MAX_SLOWDOWN = 1.10
 #: with generated inputs, labels (integer/bool outputs) and class scores are judged on at least this many elements
 #: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
-MIN_RATE_SAMPLES = 64
-MAX_RATE_RUNS = 16
+MIN_RATE_SAMPLES = 200
+MAX_RATE_RUNS = 64
 #: the fields of a Tolerance, each overridable in compress()
 TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 
@@ -39,6 +40,18 @@ def consumers(graph: onnx.GraphProto) -> dict[str, int]:
     for output in graph.output:
         counts[output.name] = counts.get(output.name, 0) + 1
     return counts
+
+
+def non_finite_weights(model: onnx.ModelProto) -> dict[str, str]:
+    """Node name -> the float weight holding NaN or infinity it reads (main graph): quantizing such a weight gives
+    an infinite scale (onnxruntime's quantizers fail, "scale issue"), so those nodes stay float."""
+    from onnx import numpy_helper
+
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    bad = {name for name, tensor in initializer_map(model.graph).items()
+           if tensor.data_type in floats and not np.isfinite(numpy_helper.to_array(tensor)).all()}
+    return {node.name: next(i for i in node.input if i in bad) for node in model.graph.node
+            if node.name and bad.intersection(node.input)}
 
 
 def unique_name(model: onnx.ModelProto, base: str) -> str:

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.plugin_api import Tolerance, UsageError, load_model, save_model
-from gsrewrite_builtins.compression.common import Compressed, named_copy
+from gsrewrite_builtins.compression.common import Compressed, named_copy, non_finite_weights
 
 
 class _QuietAdvice(logging.Filter):
@@ -81,6 +81,7 @@ class DynamicInt8:
 
         model = named_copy(model)  # its quantizer excludes nodes by name: bisection needs every node named
         op_types = list(options.get("op_types") or ())  # none: quantize_dynamic's own defaults
+        poisoned = non_finite_weights(model)
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
@@ -89,7 +90,7 @@ class DynamicInt8:
                                  use_external_data_format=external,
                                  per_channel=bool(options.get("per_channel", False)),
                                  reduce_range=bool(options.get("reduce_range", False)),
-                                 nodes_to_exclude=list(options.get("exclude") or ()),
+                                 nodes_to_exclude=[*(options.get("exclude") or ()), *poisoned],
                                  extra_options={"MatMulConstBOnly": True,
                                                 "WeightSymmetric": bool(options.get("symmetric", True))})
             except Exception as exc:  # onnxruntime's quantizer failing on this graph: one line
@@ -98,7 +99,7 @@ class DynamicInt8:
         changed = _quantized_nodes(model, result)
         asked = ", ".join(op_types) if op_types else "its defaults: " + ", ".join(IntegerOpsRegistry) + \
             " (Gemm as MatMul + Add)"
-        notes = [f"onnxruntime's quantize_dynamic of {asked}"]
+        notes = [f"onnxruntime's quantize_dynamic of {asked}", *_left_float(poisoned)]
         if any(n.op_type == "ConvInteger" for n in result.graph.node):
             notes.append("Conv runs as ConvInteger, which onnxruntime's CPU provider runs slower than float Conv; "
                          "static-int8 suits CNNs")
@@ -132,6 +133,7 @@ class StaticInt8:
 
         op_types = list(options.get("op_types") or ["Conv", "MatMul", "Gemm"])
         model = named_copy(model)  # its quantizer excludes nodes by name
+        poisoned = non_finite_weights(model)
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
@@ -140,14 +142,22 @@ class StaticInt8:
                                 use_external_data_format=external,
                                 activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                                 op_types_to_quantize=op_types, per_channel=bool(options.get("per_channel", True)),
-                                nodes_to_exclude=list(options.get("exclude") or ()))
+                                nodes_to_exclude=[*(options.get("exclude") or ()), *poisoned])
             except Exception as exc:
                 raise UsageError(f"onnxruntime's quantize_static failed: {str(exc).splitlines()[0]}") from None
             result = load_model(str(target))
         where = "given inputs" if options.get("calibration") else "generated inputs (give --calibration for real data)"
         added = sum(1 for n in result.graph.node if n.op_type == "QuantizeLinear")
         return Compressed(result, [f"QDQ int8, calibrated on {len(feeds)} input set(s) from {where}; "
-                                   f"{added} QuantizeLinear node(s)"])
+                                   f"{added} QuantizeLinear node(s)", *_left_float(poisoned)])
+
+
+def _left_float(poisoned: dict[str, str]) -> list[str]:
+    if not poisoned:
+        return []
+    names = "; ".join(f"{node}: weight {weight!r}" for node, weight in list(poisoned.items())[:5])
+    return [f"{len(poisoned)} node(s) left float, their weight holds NaN or infinity: {names}"
+            + (" ..." if len(poisoned) > 5 else "")]
 
 
 def _save(model: onnx.ModelProto, path: Path) -> bool:
