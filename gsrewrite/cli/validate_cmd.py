@@ -57,8 +57,8 @@ def _print_report(report: ValidationReport) -> None:
 
 
 def _row(o: OutputComparison) -> list[object]:
-    verdict = o.verdict + (f": {', '.join(o.failed)}" if o.failed else "") + (
-        f" ({', '.join(o.failed_sets)})" if o.failed_sets else "")
+    verdict = o.verdict + (f" ({', '.join(o.failed_sets)})" if o.failed_sets else "") + (
+        f": {', '.join(o.failed)}" if o.failed else "")
     return [
         o.name,
         "x".join(str(d) for d in o.shape) or "scalar",
