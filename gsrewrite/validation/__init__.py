@@ -12,6 +12,7 @@ generated and the memory budget.
 
 from __future__ import annotations
 
+from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
 from gsrewrite.validation.memory import MemoryBudgetError
@@ -23,6 +24,7 @@ from gsrewrite.validation.sizes import SizeSet, size_sets
 from gsrewrite.validation.validator import Validator, validate
 
 __all__ = [
+    "Criterion",
     "InputPlan",
     "InputSpec",
     "MemoryBudgetError",
