@@ -185,6 +185,7 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     result = CompressResult(compressed, strategy, given, tolerance, notes)
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
+    result.census = census(compressed)
     validator = None
     if validate:  # the original's reference runs first: a model onnxruntime cannot run is bad input (exit 2)
         from gsrewrite.validation import Validator
@@ -197,7 +198,6 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
                                      "nothing written", result)
     if validator is not None:
         _validate(result, chosen, original, baseline, given, changed, validator, inputs, input_shapes)
-    result.census = census(result.model)
     if bench_runs:
         _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
     return result
@@ -227,8 +227,8 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
 
     with stage("validating"):
         result.outputs = validator.check(result.model).outputs
-        runs = _rate_runs(result.outputs) if inputs is None and result.ok else 1
-        if runs > 1:  # a few labels cannot show a 1% change: judge on more generated input sets
+        runs = _rate_runs(result.outputs) if inputs is None else 1
+        if runs > 1:  # a few labels cannot show a 1% change: judge (and bisect) on more generated input sets
             validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, runs=runs,
                                   criterion=result.criterion)
             result.outputs = validator.check(result.model).outputs
@@ -269,6 +269,7 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
         if ok:
             result.model, result.notes, result.outputs = outcome
             result.excluded = excluded
+            result.census = census(result.model)
             result.file_bytes = (result.file_bytes[0], serialized_size(result.model))
             result.weight_bytes = (result.weight_bytes[0], weight_bytes(result.model))
             return

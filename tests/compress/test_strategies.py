@@ -192,3 +192,30 @@ def test_int8_on_conv_weights_at_opset_17_is_per_channel_and_runs() -> None:
     assert any("per output channel" in note for note in result.notes)
     session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert session.run(None, {"x": np.ones((1, 16, 8, 8), np.float32)})[0].shape == (1, 32, 8, 8)
+
+
+def test_refusals_are_typed_and_carry_what_was_measured() -> None:
+    """Library users get the exception class (exit code 1 on the CLI) and the result with its numbers."""
+    from gsrewrite.errors import CompressionRefused, NothingToCompressError, OutOfToleranceError
+
+    conv = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                             [helper.make_tensor_value_info("x", F, [1, 16, 8, 8])],
+                             [helper.make_tensor_value_info("y", F, None)],
+                             [numpy_helper.from_array(np.ones((32, 16, 3, 3), np.float32), "w")])
+    with pytest.raises(NothingToCompressError, match="nothing to compress: int4 changed no weight") as nothing:
+        gsrewrite.compress(helper.make_model(conv, opset_imports=[helper.make_opsetid("", 17)]), "int4")
+    assert nothing.value.exit_code == 1 and nothing.value.result.census.kept == {"Conv": 1}
+    with pytest.raises(OutOfToleranceError, match=r"misses the tolerance \(y: cosine 0\.9") as missed:
+        gsrewrite.compress(_mlp(outlier=True), "int4", min_cosine=0.99999, exclude=["up"])
+    assert isinstance(missed.value, CompressionRefused) and not missed.value.result.ok
+    assert missed.value.result.outputs[0].failed == ("cosine",)
+
+
+def test_every_builtin_tolerance_names_the_rates_it_relaxes() -> None:
+    from gsrewrite.pipelines.compress import strategies, tolerance_of
+
+    registry = strategies()
+    for name in ("fp16", "bf16", "dynamic-int8", "static-int8", "int8", "int4"):
+        tolerance = tolerance_of(registry.get(name))
+        assert 0.9 <= tolerance.min_agreement < 1.0 and tolerance.min_top1 is not None, name
+    assert tolerance_of(registry.get("int8"), min_agreement=0.5).min_agreement == 0.5
