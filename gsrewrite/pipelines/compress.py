@@ -44,6 +44,8 @@ MAX_SLOWDOWN = 1.10
 #: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
 MIN_RATE_SAMPLES = 200
 MAX_RATE_RUNS = 64
+#: the option that relaxes each metric a tolerance judges (a NaN/inf pattern is never relaxed)
+RELAXED_BY = {"cosine": "--min-cosine", "max abs": "--max-abs", "agreement": "--min-agreement", "top-1": "--min-top1"}
 #: the fields of a Tolerance, each overridable in compress()
 TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
 
@@ -237,8 +239,10 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
         with stage("bisecting"):
             _bisect(result, strategy, original, options, changed, validator)
     if not result.ok:
+        relax = sorted({RELAXED_BY[m] for o in result.outputs for m in o.failed if m in RELAXED_BY})
+        hint = f" ({', '.join(relax)} relax the tolerance; --inputs validates on your data)" if relax else ""
         raise OutOfToleranceError(f"the {result.strategy} model misses the tolerance ({result.failures()}); "
-                                  f"nothing written\n{result.report()}", result)
+                                  f"nothing written{hint}\n{result.report()}", result)
 
 
 def _rate_runs(outputs: list[OutputComparison]) -> int:

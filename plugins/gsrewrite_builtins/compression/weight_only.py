@@ -37,8 +37,8 @@ class WeightOnly:
     bits: int
     name: str = ""
     description: str = ""
-    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99, min_agreement=0.99,
-                                                                   min_top1=0.99))
+    tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99, min_agreement=0.98,
+                                                                   min_top1=0.98))
     options: tuple[str, ...] = OPTIONS
 
     def __post_init__(self) -> None:
