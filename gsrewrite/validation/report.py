@@ -203,8 +203,9 @@ class ValidationReport:
 
     @property
     def worst(self) -> OutputComparison | None:
-        """The output with the largest max abs error (``None`` when no output had comparable values)."""
-        known = [o for o in self.outputs if o.max_abs is not None]
+        """The float output with the largest max abs error (``None`` when no float output had comparable values:
+        the distance between two class numbers says nothing)."""
+        known = [o for o in self.outputs if o.max_abs is not None and not o.exact]
         return max(known, key=lambda o: o.max_abs or 0.0) if known else None
 
     @property
