@@ -219,3 +219,23 @@ def test_every_builtin_tolerance_names_the_rates_it_relaxes() -> None:
         tolerance = tolerance_of(registry.get(name))
         assert 0.9 <= tolerance.min_agreement < 1.0 and tolerance.min_top1 is not None, name
     assert tolerance_of(registry.get("int8"), min_agreement=0.5).min_agreement == 0.5
+
+
+def test_int4_quantizes_a_tied_lm_head_read_through_a_transpose() -> None:
+    """``logits = h @ W^T`` with W stored [vocab, hidden] (a tied LM head, half a decoder's weight bytes): the
+    MatMul reads W itself as MatMulNBits keeps it ([N, K]); the Transpose goes."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((256, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["h", "wt"], ["y"])],
+        "lm_head", [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 256])], [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    result = gsrewrite.compress(model, "int4", min_top1=0.0)
+    ops = [n.op_type for n in result.model.graph.node]
+    assert ops == ["MatMulNBits"], ops
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    got = ort.InferenceSession(result.model.SerializeToString()).run(None, {"h": x})[0]
+    expected = x @ weight.T
+    cosine = float((got * expected).sum() / np.linalg.norm(got) / np.linalg.norm(expected))
+    assert cosine > 0.99

@@ -103,6 +103,9 @@ class _Editor:
         self.quantized_nodes: list[str] = []
         self.skipped: list[str] = []
         self.per_channel_fallback = 0
+        #: Transposes of a weight whose MatMul now reads the weight itself (dropped with the rewrite)
+        self.folded: set[str] = set()
+        self.transposed: dict[str, onnx.NodeProto] = {}
 
     def _opset(self) -> int:
         opset = next((o for o in self.model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -130,12 +133,14 @@ class _Editor:
         graph = self.model.graph
         inits = initializer_map(graph)
         users = consumers(graph)
+        self.transposed = {n.output[0]: n for n in graph.node if n.op_type == "Transpose" and len(n.input) == 1
+                           and n.input[0] in inits and _perm(n) == [1, 0] and users.get(n.output[0], 0) == 1}
         new_nodes: list[onnx.NodeProto] = []
         for node in graph.node:
             replacement = self._replace(node, inits, users)
             new_nodes.extend(replacement if replacement is not None else [node])
         del graph.node[:]
-        graph.node.extend(new_nodes)
+        graph.node.extend(n for n in new_nodes if not (n.op_type == "Transpose" and n.output[0] in self.folded))
         used = {name for n in graph.node for name in n.input}
         kept = [t for t in graph.initializer if t.name in used or t.name in {o.name for o in graph.output}]
         del graph.initializer[:]
@@ -167,6 +172,13 @@ class _Editor:
         if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
             return None
         if node.op_type == "MatMul":
+            transpose = self.transposed.get(node.input[1]) if len(node.input) > 1 else None
+            if transpose is not None:  # a tied LM head: x @ W^T with W stored [N, K], as MatMulNBits keeps it
+                w = self._weight(transpose, 0, inits, users)
+                if w is None or w.ndim != 2 or self.target != "ort":
+                    return None
+                self.folded.add(transpose.output[0])
+                return self._linear(node, node.input[0], w.T, None, node.output[0])
             w = self._weight(node, 1, inits, users)
             if w is None or w.ndim != 2:
                 return None
@@ -259,6 +271,10 @@ def _nothing_quantized(model: onnx.ModelProto, op_types: list[str], min_elements
     if not readers:
         return f"{wanted} (smaller weights stay float: min_elements)"
     return f"{wanted}; the model's weights feed " + ", ".join(f"{op} {n}" for op, n in sorted(readers.items()))
+
+
+def _perm(node: onnx.NodeProto) -> list[int] | None:
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
 
 
 def _trans_b(node: onnx.NodeProto) -> bool:
