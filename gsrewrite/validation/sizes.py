@@ -98,6 +98,23 @@ def related_size_sets(dims: InputDims, sample: Mapping[str, int]) -> list[SizeSe
     return sets
 
 
+def shorter_pasts(dims: InputDims | None, size: SizeSet, sample: SizeSet) -> list[SizeSet]:
+    """For a decoder's long past set: the same with the past halved, then halved again, while longer than the
+    sample's (the model may index a table by position that ends before :data:`LONG_PAST`)."""
+    if dims is None or size.name != "long past" or size.bindings is None or sample.bindings is None:
+        return []
+    past = [n for n, role in dims.roles.items() if role == "past" and n in size.bindings]
+    shorter: list[SizeSet] = []
+    bindings = dict(size.bindings)
+    while past and all(bindings[n] // 2 > sample.bindings.get(n, 0) for n in past):
+        bindings = {**bindings, **{n: bindings[n] // 2 for n in past}}
+        try:
+            shorter.append(SizeSet(size.name, dims.shapes(bindings), dict(bindings), dims.positions_start(bindings)))
+        except InputDataError:
+            break
+    return shorter
+
+
 def _past_limit(dims: InputDims, no_past: Mapping[str, int]) -> int | None:
     """The longest past the position tables allow (positions start at the past length): the smallest table's
     rows less the new tokens; None without a table (or when the inputs cannot take these sizes)."""

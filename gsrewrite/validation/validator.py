@@ -23,7 +23,14 @@ from gsrewrite.validation.report import OutputComparison, ValidationReport, merg
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
-from gsrewrite.validation.sizes import Shapes, SizeSet, related_size_sets, size_sets, symbols_consistent
+from gsrewrite.validation.sizes import (
+    Shapes,
+    SizeSet,
+    related_size_sets,
+    shorter_pasts,
+    size_sets,
+    symbols_consistent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +104,7 @@ class Validator:
         if inputs is not None and input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
+        self._dims: InputDims | None = None
         self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
         check_outputs(self.original)
@@ -116,18 +124,22 @@ class Validator:
         first, sizes, first_outputs = self._first_set(session, given, input_shapes)
         sets, outputs = [first], [first_outputs]
         offset = self.runs * first.mask_rows
-        for index, size in enumerate(sizes[1:], start=1):
-            try:
-                input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
-                                      like=sets[-1])
-                input_set.mask_offset = offset
-                outputs.append([_run(session, input_set.feed(run), input_set.described, self.original.proto)
-                                for run in range(self.runs)])
-            except (InputDataError, ValidationError) as exc:
-                log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
-                continue
-            sets.append(input_set)
-            offset += self.runs * input_set.mask_rows
+        for index, planned in enumerate(sizes[1:], start=1):
+            # a decoder's long past may run past a table the graph indexes by position (Whisper's position
+            # embeddings): shorter pasts are tried before the set is left out
+            for size in [planned, *shorter_pasts(self._dims, planned, sizes[0])]:
+                try:
+                    input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
+                                          like=sets[-1])
+                    input_set.mask_offset = offset
+                    outputs.append([_run(session, input_set.feed(run), input_set.described, self.original.proto)
+                                    for run in range(self.runs)])
+                except (InputDataError, ValidationError) as exc:
+                    log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
+                    continue
+                sets.append(input_set)
+                offset += self.runs * input_set.mask_rows
+                break
         return sets, outputs
 
     def _first_set(self, session: Session, given: dict[str, np.ndarray] | None, input_shapes: ShapeSpec | None
@@ -139,7 +151,7 @@ class Validator:
         (GROWN_DEFAULTS: a convolution wider than 16 samples) and the other values an input is compared with are
         tried in turn, and when none runs the error says what was tried."""
         proto = self.original.proto
-        dims = input_dims(proto, input_shapes, self.specs)
+        dims = self._dims = input_dims(proto, input_shapes, self.specs)
         if given is not None:
             sample = {name: tuple(array.shape) for name, array in given.items()}
             bindings = dims.bindings_of(sample)
@@ -167,8 +179,9 @@ class Validator:
             for choice in range(first.choices):
                 attempt = first.with_choice(choice)
                 try:
-                    return attempt, sizes, [_run(session, attempt.feed(run), attempt.described, proto)
-                                            for run in range(self.runs)]
+                    outputs = [_run(session, attempt.feed(run), attempt.described, proto) for run in range(self.runs)]
+                    self._dims = candidate
+                    return attempt, sizes, outputs
                 except CannotValidateError:
                     raise  # out of time: other inputs cannot help
                 except ValidationError as exc:
