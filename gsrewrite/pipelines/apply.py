@@ -25,7 +25,6 @@ from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
 from gsrewrite.engine.targets import check_device, check_target, device_reason
 from gsrewrite.engine.tracing import NearMiss
 from gsrewrite.errors import RewriteError, UsageError
-from gsrewrite.gc_pause import gc_paused
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
@@ -223,14 +222,13 @@ def _convert_opset(model: onnx.ModelProto, opset: int | None) -> onnx.ModelProto
 
 def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, explain: bool,
              registry: PatternRegistry) -> tuple[onnx.ModelProto, PassResult]:
-    with gc_paused():  # graphs are many small objects and few cycles: collection passes only cost time
-        graph = canonicalize(to_graph(model))
-        rewrite = RewritePass(patterns, registry.checks, registry.computes, target, explain=explain)
-        run = rewrite.run(graph)
-        if not run.modified:
-            return model, run
-        legalize(graph)
-        return to_model(graph, model), run
+    graph = canonicalize(to_graph(model))
+    rewrite = RewritePass(patterns, registry.checks, registry.computes, target, explain=explain)
+    run = rewrite.run(graph)
+    if not run.modified:
+        return model, run
+    legalize(graph)
+    return to_model(graph, model), run
 
 
 def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,

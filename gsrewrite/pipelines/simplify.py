@@ -18,7 +18,6 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import UsageError
-from gsrewrite.gc_pause import gc_paused
 from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
@@ -141,8 +140,7 @@ class _Run:
 
     def __call__(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
-        with gc_paused():  # many small objects, few cycles: collection passes only cost time (~2% here)
-            return self._simplified(passes)
+        return self._simplified(passes)
 
     def candidate(self, passes: Sequence[GraphPass]) -> Candidate[Changes]:
         """The run with ``passes`` as a bisection candidate."""
