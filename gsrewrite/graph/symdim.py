@@ -19,6 +19,7 @@ Everything is immutable and hashable.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
@@ -120,7 +121,7 @@ def _monomial_key(monomial: Monomial) -> tuple[int, list[tuple[tuple[int, str], 
 class Expr:
     """A polynomial with integer coefficients over atoms (canonical: sorted, no zero terms, not constant)."""
 
-    __slots__ = ("_hash", "terms")
+    __slots__ = ("_hash", "_symbols", "terms")
 
     terms: tuple[tuple[Monomial, int], ...]
 
@@ -129,6 +130,7 @@ class Expr:
         kept.sort(key=lambda mc: _monomial_key(mc[0]))
         self.terms = tuple(kept)
         self._hash = hash(self.terms)
+        self._symbols: frozenset[str] | None = None
 
     # construction ----------------------------------------------------------------------------------
     @staticmethod
@@ -137,6 +139,7 @@ class Expr:
         expr = Expr.__new__(Expr)
         expr.terms = terms
         expr._hash = hash(terms)
+        expr._symbols = None
         return expr
 
     @staticmethod
@@ -154,7 +157,9 @@ class Expr:
         return {a for m, _ in self.terms for a, _ in m}
 
     def symbols(self) -> set[str]:
-        return set().union(*(a.symbols() for a in self.atoms()))
+        if self._symbols is None:  # asked of every dim of every tensor: computed once per expression
+            self._symbols = frozenset().union(*(a.symbols() for a in self.atoms()))
+        return set(self._symbols)
 
     def evaluate(self, bindings: Mapping[str, int]) -> int:
         total = 0
@@ -230,9 +235,19 @@ def _make(terms: Mapping[Monomial, int]) -> DimValue:
     return Expr(nonzero)
 
 
+#: results of arithmetic on expressions kept, by operands: a model repeats its shapes (every layer multiplies the
+#: same dims, every node of a chain has the same size), and a look-up costs a fraction of a polynomial operation
+_MEMO_SIZE = 1 << 14
+
+
 def add(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
+    return _add(a, b)
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _add(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(b, int) and isinstance(a, Expr):  # the constant term is the last one
         return _add_constant(a, b)
     if isinstance(a, int) and isinstance(b, Expr):
@@ -268,6 +283,11 @@ def _mul_monomials(x: Monomial, y: Monomial) -> Monomial:
 def mul(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a * b
+    return _mul(a, b)
+
+
+@functools.lru_cache(maxsize=_MEMO_SIZE)
+def _mul(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int):
         a, b = b, a
     if isinstance(b, int):  # scaling keeps the canonical order

@@ -16,7 +16,9 @@ expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import heapq
 import logging
 import math
 import mmap
@@ -36,8 +38,9 @@ from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
+from gsrewrite.graph.shape_rules import Info
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
-from gsrewrite.graph.symdim import DimValue
+from gsrewrite.graph.symdim import DimValue, Expr
 from gsrewrite.model_io.graph_walk import node_subgraphs
 from gsrewrite.model_io.weightless import external_range
 from gsrewrite.profiling import subgraphs
@@ -46,6 +49,7 @@ from gsrewrite.stages import stage
 log = logging.getLogger(__name__)
 
 SPARSITY_MIN_ELEMENTS = 16
+_STANDARD_DOMAINS = ("", "ai.onnx")
 BLOCK = 4
 #: bits per element of the types numpy has no size for
 _SUB_BYTE_BITS: dict[int, int] = {int(onnx.TensorProto.INT4): 4, int(onnx.TensorProto.UINT4): 4}
@@ -88,7 +92,7 @@ class WeightStats:
         return self.zero_blocks / self.blocks if self.blocks else None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeCost:
     name: str
     op_type: str
@@ -124,6 +128,50 @@ def add_counts(a: Count, b: Count) -> Count:
         return None
 
 
+class CountSum:
+    """A sum of counts (unknown ones skipped): ints are added as ints and each distinct expression is counted, so
+    the polynomial arithmetic happens once per distinct expression when :meth:`total` is asked, not once per
+    node (a sum over a model's nodes is linear in their number, whatever the expressions)."""
+
+    __slots__ = ("_exprs", "_int")
+
+    def __init__(self) -> None:
+        self._int = 0
+        self._exprs: dict[Expr, int] = {}
+
+    @staticmethod
+    def joined(sums: Iterable[CountSum]) -> CountSum:
+        """One sum of the counts of ``sums``."""
+        joined = CountSum()
+        for other in sums:
+            joined._int += other._int
+            for expr, times in other._exprs.items():
+                joined._exprs[expr] = joined._exprs.get(expr, 0) + times
+        return joined
+
+    def add(self, value: Count) -> None:
+        if type(value) is int:  # (the most common count first)
+            self._int += value
+        elif isinstance(value, Expr):
+            self._exprs[value] = self._exprs.get(value, 0) + 1
+        elif value is not None:
+            self._int += int(value)
+
+    def symbols(self) -> set[str]:
+        """The symbols of the expressions added."""
+        return set().union(*(expr.symbols() for expr in self._exprs))
+
+    def total(self) -> Count:
+        """The sum; None when it is too large an expression."""
+        total: DimValue = self._int
+        try:
+            for expr, times in self._exprs.items():
+                total = symdim.add(total, symdim.mul(expr, times))
+        except symdim.ExpressionTooLarge:
+            return None
+        return total
+
+
 @dataclass
 class OpTypeTotal:
     count: int = 0
@@ -148,20 +196,36 @@ class Profile:
     weights: WeightStats = field(default_factory=lambda: WeightStats(0, 0, 0, 0))
     bindings: dict[str, int] = field(default_factory=dict)
 
-    @property
-    def macs(self) -> Count:
-        total: Count = 0
+    @functools.cached_property
+    def _sums(self) -> dict[str, tuple[OpTypeTotal, CountSum, CountSum]]:
+        """Per op type (in model order): its totals, and the sums of its nodes' MACs and activation bytes (one
+        pass over the nodes: every total is derived from these)."""
+        sums: dict[str, tuple[OpTypeTotal, CountSum, CountSum]] = {}
         for node in self.nodes:
-            if node.macs is not None:
-                total = add_counts(total, node.macs)
-        return total
+            key = node.op_key
+            found = sums.get(key)
+            if found is None:
+                found = sums[key] = (OpTypeTotal(), CountSum(), CountSum())
+            entry, macs, activation = found
+            entry.count += 1
+            if node.macs is None:
+                entry.unknown_macs += 1
+            macs.add(node.macs)
+            entry.params += node.params
+            entry.weight_bytes += node.weight_bytes
+            activation.add(node.activation_bytes)
+        for entry, macs, activation in sums.values():
+            entry.macs, entry.activation_bytes = macs.total(), activation.total()
+        return sums
 
-    @property
+    @functools.cached_property
+    def macs(self) -> Count:
+        """The nodes' MACs summed (those whose MACs are unknown are left out: :attr:`unprofiled` lists them)."""
+        return CountSum.joined(macs for _, macs, _ in self._sums.values()).total()
+
+    @functools.cached_property
     def activation_bytes(self) -> Count:
-        total: Count = 0
-        for node in self.nodes:
-            total = add_counts(total, node.activation_bytes)
-        return total
+        return CountSum.joined(activation for _, _, activation in self._sums.values()).total()
 
     @property
     def unprofiled(self) -> dict[str, int]:
@@ -173,24 +237,15 @@ class Profile:
         return out
 
     def by_op_type(self) -> dict[str, OpTypeTotal]:
-        totals: dict[str, OpTypeTotal] = {}
-        for node in self.nodes:
-            entry = totals.setdefault(node.op_key, OpTypeTotal())
-            entry.count += 1
-            if node.macs is None:
-                entry.unknown_macs += 1
-            else:
-                entry.macs = add_counts(entry.macs, node.macs)
-            entry.params += node.params
-            entry.weight_bytes += node.weight_bytes
-            entry.activation_bytes = add_counts(entry.activation_bytes, node.activation_bytes)
-        return dict(sorted(totals.items(), key=lambda kv: -_rank_value(kv[1].macs)))
+        """Totals per op type, most MACs first."""
+        totals = [(key, dataclasses.replace(entry)) for key, (entry, _, _) in self._sums.items()]
+        return dict(sorted(totals, key=lambda kv: -_rank_value(kv[1].macs)))
 
     def symbols(self) -> list[str]:
+        """The symbols the nodes' counts are expressions in."""
         names: set[str] = set()
-        for node in self.nodes:
-            for value in (node.macs, node.activation_bytes):
-                names |= symdim.symbols(value) if value is not None else set()
+        for _, macs, activation in self._sums.values():
+            names |= macs.symbols() | activation.symbols()
         return sorted(names)
 
     def bind(self, bindings: Mapping[str, int]) -> Profile:
@@ -208,7 +263,8 @@ class Profile:
                        {**self.bindings, **bindings})
 
     def top(self, n: int) -> list[NodeCost]:
-        return sorted(self.nodes, key=lambda c: -_rank_value(c.macs))[:n]
+        """The ``n`` nodes of most MACs (in model order among equals)."""
+        return heapq.nlargest(n, self.nodes, key=lambda c: _rank_value(c.macs))
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         nodes = self.top(top) if top else self.nodes
@@ -233,6 +289,7 @@ def _times(count: Count, factor: int) -> Count:
 _RANK_SIZE = 128
 
 
+@functools.lru_cache(maxsize=4096)
 def _rank_value(count: Count) -> float:
     if count is None:
         return -1.0
@@ -250,8 +307,6 @@ class ProfileContext:
 
     opsets: dict[str, int]
     shapes: SymbolicShapes
-    #: tensor -> the node producing it (main graph)
-    producers: dict[str, onnx.NodeProto] = field(default_factory=dict)
     #: the model's folder (external tensors are read from there for their sparsity)
     base_dir: str | None = None
     #: the model profiled, its constants (name -> tensor) and how deep in subgraphs it is
@@ -260,6 +315,16 @@ class ProfileContext:
     depth: int = 0
     #: whether weights are read for their sparsity (subgraphs are profiled the same way)
     sparsity: bool = True
+    _producers: dict[str, onnx.NodeProto] | None = field(default=None, repr=False)
+
+    @property
+    def producers(self) -> dict[str, onnx.NodeProto]:
+        """Tensor -> the node producing it (main graph); mapped when a profiler first asks (few do: a map of
+        every tensor is most of a profile's memory on a graph of a million nodes)."""
+        if self._producers is None:
+            graph = self.model.graph if self.model is not None else onnx.GraphProto()
+            self._producers = {out: node for node in graph.node for out in node.output if out}
+        return self._producers
 
     def node_proto(self, node: gs.Node) -> onnx.NodeProto | None:
         """The ONNX node behind a profiler's graphsurgeon view (subgraphs are in its attributes)."""
@@ -327,7 +392,7 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
     graph = model.graph
     constants: dict[str, onnx.TensorProto] = {t.name: t for t in graph.initializer}
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if node.op_type == "Constant" and node.domain in _STANDARD_DOMAINS:
             for attr in node.attribute:
                 if attr.name == "value" and attr.HasField("t"):
                     constants[node.output[0]] = attr.t
@@ -339,26 +404,31 @@ def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = Non
             with timed("inferring shapes"):  # while the weights are scanned
                 shapes = infer_symbolic(model, input_shapes)
         context = ProfileContext({("" if o.domain == "ai.onnx" else o.domain): o.version
-                                  for o in model.opset_import}, shapes,
-                                 {out: node for node in graph.node for out in node.output if out}, base_dir,
-                                 model, constants, depth, sparsity)
-        tensors: dict[str, gs.Tensor] = {}
-        walked = [node for node in graph.node if not (node.op_type == "Constant" and node.domain in ("", "ai.onnx"))]
-        profiler = plugin_hooks.op_profiler()
+                                  for o in model.opset_import}, shapes, base_dir=base_dir, model=model,
+                                 constants=constants, depth=depth, sparsity=sparsity)
+        costing = _NodeCosts(shapes, constants, context, plugin_hooks.op_profiler())
+        nodes: list[NodeCost] = []
+        weighted: list[tuple[NodeCost, list[str]]] = []  # the nodes reading constants, and those they read
+        used: set[str] = set()  # the constants the model reads or holds
         with timed("counting"):
-            nodes = [_node_cost(node, shapes, constants, context, tensors, profiler) for node in walked]
+            for node in graph.node:
+                if node.op_type == "Constant" and node.domain in _STANDARD_DOMAINS:
+                    used.update(name for name in node.output if name in constants)
+                    continue
+                cost, read = costing(node)
+                nodes.append(cost)
+                if read:
+                    weighted.append((cost, read))
+                    used.update(read)
         # the sparsity last: the scans ran beside the walk, which never waits for them
         with timed("reading weights for sparsity") if sparsity else contextlib.nullcontext():
-            for node, cost in zip(walked, nodes, strict=True):
-                for name in node.input:
-                    found = stats.result(name, constants[name]) if name in constants else None
+            for cost, read in weighted:
+                for name in read:
+                    found = stats.result(name, constants[name])
                     if found is not None:
                         cost.weights = WeightStats(0, 0, 0, 0) if cost.weights is None else cost.weights
                         cost.weights.add(found)
         profile = Profile(nodes, shapes, bindings=dict(shapes.bindings))
-        used = {name for node in graph.node for name in node.input if name in constants}
-        used |= {name for node in graph.node if node.op_type == "Constant" for name in node.output
-                 if name in constants}
         for name in used:
             tensor = constants[name]
             elements = math.prod(tensor.dims)
@@ -437,51 +507,72 @@ class _SparsityJobs:
         self._files.close()
 
 
-def _node_cost(node: onnx.NodeProto, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto],
-               context: ProfileContext, tensors: dict[str, gs.Tensor],
-               profiler: Callable[[gs.Node, Any], Any]) -> NodeCost:
-    inputs: list[gs.Tensor] = []
-    params = weight_bytes = 0
-    weights: WeightStats | None = None
-    for name in node.input:
-        if not name:
-            inputs.append(_light_variable("", None, None))
-        elif name in constants:
-            tensor = constants[name]
-            if name not in tensors:
-                tensors[name] = _light_constant(name, tensor)
-            inputs.append(tensors[name])
-            elements = math.prod(tensor.dims)
-            params += elements
-            weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
-        else:
-            inputs.append(_variable(name, shapes, tensors))
-    outputs = [_variable(name, shapes, tensors) if name else _light_variable("", None, None) for name in node.output]
-    gs_node = _light_node(node, inputs, outputs)
-    try:
-        answer = profiler(gs_node, context)
-    except Exception as exc:  # an expression past its bounds (hostile shape arithmetic): unknown, not an error
-        if not isinstance(exc.__cause__ or exc.__context__, symdim.ExpressionTooLarge) and \
-                not isinstance(exc, symdim.ExpressionTooLarge):
-            raise
-        answer = None
-    macs = None if answer is None else answer.macs
-    if macs is not None and not isinstance(macs, (int, symdim.Expr)):
-        macs = int(macs)
-    activation: Count = 0
-    for name in node.output:
-        if not name:
-            continue
-        info = shapes.tensors.get(name)
-        shape, bits = (None, 0) if info is None else (info.shape, item_bits(info.dtype))
+class _NodeCosts:
+    """The cost of one node at a time, for the walk of :func:`profile_model`: the profiler's MACs, the constant
+    inputs' elements and bytes, the outputs' bytes. Each call builds only that node's light graphsurgeon view
+    (nothing of it is kept: a view of every tensor was most of a profile's memory on a graph of a million nodes);
+    the bytes of an output are computed once per distinct shape and type."""
+
+    def __init__(self, shapes: SymbolicShapes, constants: Mapping[str, onnx.TensorProto], context: ProfileContext,
+                 profiler: Callable[[gs.Node, Any], Any]) -> None:
+        self._shapes, self._constants, self._context, self._profiler = shapes, constants, context, profiler
+        self._constant_views: dict[str, gs.Constant] = {}
+        self._bytes: dict[tuple[Any, int], Count] = {}
+
+    def __call__(self, node: onnx.NodeProto) -> tuple[NodeCost, list[str]]:
+        """The node's cost, and the constants it reads (in input order)."""
+        constants, shapes = self._constants, self._shapes
+        inputs: list[gs.Tensor] = []
+        read: list[str] = []
+        params = weight_bytes = 0
+        for name in node.input:
+            if not name:
+                inputs.append(_light_variable("", None, None))
+            elif name in constants:
+                tensor = constants[name]
+                view = self._constant_views.get(name)
+                if view is None:
+                    view = self._constant_views[name] = _light_constant(name, tensor)
+                inputs.append(view)
+                read.append(name)
+                elements = math.prod(tensor.dims)
+                params += elements
+                weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
+            else:
+                inputs.append(_variable(name, shapes))
+        output_names = list(node.output)
+        outputs = [_variable(name, shapes) if name else _light_variable("", None, None) for name in output_names]
         try:
-            size = None if shape is None or not bits else _product(shape)
-            activation = None if size is None or activation is None else \
-                add_counts(activation, _bytes_of(size, bits))
-        except symdim.ExpressionTooLarge:
-            activation = None
-    return NodeCost(node.name, node.op_type, node.domain, macs, params, weight_bytes, activation, weights,
-                    answer is not None)
+            answer = self._profiler(_light_node(node, inputs, outputs), self._context)
+        except Exception as exc:  # an expression past its bounds (hostile shape arithmetic): unknown, not an error
+            if not isinstance(exc.__cause__ or exc.__context__, symdim.ExpressionTooLarge) and \
+                    not isinstance(exc, symdim.ExpressionTooLarge):
+                raise
+            answer = None
+        macs = None if answer is None else answer.macs
+        if macs is not None and not isinstance(macs, (int, symdim.Expr)):
+            macs = int(macs)
+        activation: Count = 0
+        for name in output_names:
+            if name and activation is not None:
+                size = self._output_bytes(shapes.tensors.get(name))
+                activation = None if size is None else add_counts(activation, size)
+        cost = NodeCost(node.name, sys.intern(node.op_type), node.domain, macs, params, weight_bytes, activation,
+                        None, answer is not None)
+        return cost, read
+
+    def _output_bytes(self, info: Info | None) -> Count:
+        if info is None or info.shape is None:
+            return None
+        key = (tuple(info.shape), info.dtype)
+        if key not in self._bytes:
+            bits = item_bits(info.dtype)
+            try:
+                size = _product(info.shape) if bits else None
+                self._bytes[key] = None if size is None else _bytes_of(size, bits)
+            except symdim.ExpressionTooLarge:
+                self._bytes[key] = None
+        return self._bytes[key]
 
 
 def _bytes_of(elements: DimValue, bits: int) -> DimValue:
@@ -511,10 +602,7 @@ def _light_node(node: onnx.NodeProto, inputs: list[gs.Tensor], outputs: list[gs.
     return view
 
 
-def _variable(name: str, shapes: SymbolicShapes, cache: dict[str, gs.Tensor]) -> gs.Tensor:
-    found = cache.get(name)
-    if found is not None:
-        return found
+def _variable(name: str, shapes: SymbolicShapes) -> gs.Tensor:
     info = shapes.tensors.get(name)
     dtype_code = info.dtype if info is not None else 0
     dtype = _NP_DTYPES.get(dtype_code)
@@ -523,8 +611,7 @@ def _variable(name: str, shapes: SymbolicShapes, cache: dict[str, gs.Tensor]) ->
             dtype = onnx.helper.tensor_dtype_to_np_dtype(dtype_code)
         except (KeyError, TypeError, ValueError):
             dtype = None
-    variable = cache[name] = _light_variable(name, dtype, shapes.shape(name))
-    return variable
+    return _light_variable(name, dtype, None if info is None or info.shape is None else list(info.shape))
 
 
 def _light_constant(name: str, tensor: onnx.TensorProto) -> gs.Constant:
