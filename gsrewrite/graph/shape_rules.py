@@ -31,7 +31,7 @@ MAX_VALUE_LENGTH = 64
 _TO_THE_END = 2**30
 
 
-@dataclass
+@dataclass(slots=True)
 class Info:
     """What is known of one tensor: ONNX element type (0 = unknown), shape (None = unknown rank), value."""
 
@@ -48,7 +48,7 @@ class Info:
         return Info(dtype, shape, value, True)
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeView:
     op: str
     inputs: list[Info | None]

@@ -16,8 +16,10 @@ Input dims come from the model (``dim_param`` names become symbols, unnamed or `
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,6 +171,10 @@ class _Walk:
         self.fresh_count = 0
         self.fallback_ops: dict[str, int] = {}
         self.baseline: dict[str, Info] = {}
+        self._incomplete = False
+        self._read_early: set[str] = set()
+        self._opset = self.opsets.get("", 0)
+        self._fresh = self.fresh
 
     # symbols -------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> Expr:
@@ -220,32 +226,45 @@ class _Walk:
                         self.symbols.setdefault(name, value_info.name)
                 info.shape = list(dims)
             self.tensors[value_info.name] = info
-        # ONNX's inference is the fallback: run it (and walk again) only when the rules leave a dim unknown
         given = dict(self.tensors)
-        order = _topological(graph)
-        for node in order:
-            self._visit(node)
-        if any(self._unknown(name) for node in order for name in node.output if name):
+        order: Iterable[onnx.NodeProto] = graph.node  # exporters write the nodes in order: walked as they are
+        self._walk(order)
+        if self._read_early & self.tensors.keys():  # a node read a tensor a later node produces: sort them
+            self.tensors, self.fallback_ops, order = dict(given), {}, _topological(graph)
+            self._walk(order)
+        # ONNX's inference is the fallback: run it (and walk again) only when the rules leave a dim unknown
+        if self._incomplete:
             self.tensors, self.fallback_ops = dict(given), {}
             self._baseline()
-            for node in order:
-                self._visit(node)
-        used: set[str] = set()
-        for info in self.tensors.values():
-            for dim in info.shape or ():
-                used |= symdim.symbols(dim) if dim is not None else set()
+            self._walk(order)
+        distinct: set[Dim] = set()
+        unknown: list[str] = []
+        for name, info in self.tensors.items():
+            shape = info.shape
+            if shape is None or any(map(_IS_NONE, shape)):
+                unknown.append(name)
+            if shape:
+                distinct.update(shape)
+        used: set[str] = set()  # the symbols of each distinct dim, once
+        for dim in distinct:
+            if isinstance(dim, Expr):
+                used |= dim.symbols()
+        initializers = {t.name for t in graph.initializer}
         self.result = SymbolicShapes(
             tensors=self.tensors, symbols={k: v for k, v in self.symbols.items() if k in used},
             bindings=dict(self.given.bindings),
+            unknown=unknown,
             fallback_ops=self.fallback_ops,
-            inputs=[i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}],
+            inputs=[i.name for i in graph.input if i.name not in initializers],
             outputs=[o.name for o in graph.output])
-        self.result.unknown = [n for n, i in self.tensors.items()
-                               if i.shape is None or any(d is None for d in i.shape)]
 
-    def _unknown(self, name: str) -> bool:
-        info = self.tensors.get(name)
-        return info is None or info.shape is None or any(d is None for d in info.shape) or not info.dtype
+    def _walk(self, nodes: Iterable[onnx.NodeProto]) -> None:
+        """Visit ``nodes`` in order; :attr:`_incomplete` says whether an output's type or a dim is still unknown,
+        :attr:`_read_early` which inputs were read before anything gave them."""
+        self._incomplete = False
+        self._read_early = set()
+        for node in nodes:
+            self._visit(node)
 
     def _baseline(self) -> None:
         """ONNX's inference (and the handlers) on a data-free copy, with the given input dims."""
@@ -259,17 +278,24 @@ class _Walk:
     def _visit(self, node: onnx.NodeProto) -> None:
         op, domain = node.op_type, node.domain
         domain = "" if domain == "ai.onnx" else domain
-        attrs = {a.name: _attr_value(a) for a in node.attribute} if len(node.attribute) else {}
+        attributes = node.attribute
+        attrs = {a.name: _attr_value(a) for a in attributes} if attributes else {}
         output_names = list(node.output)
         if op == "Constant" and domain == "":
             self._constant_node(node, attrs)
+            if _incomplete(self.tensors[output_names[0]]):
+                self._incomplete = True
             return
         tensors = self.tensors
-        inputs = [tensors.get(name) if name else None for name in node.input]
+        input_names = list(node.input)
+        inputs = [tensors.get(name) if name else None for name in input_names]
+        for name, found in zip(input_names, inputs, strict=True):
+            if found is None and name:
+                self._read_early.add(name)
         outputs: list[Info | None] = [None] * len(output_names)
         try:
             if domain == "" and op in RULES:
-                view = NodeView(op, inputs, attrs, self.opsets.get("", 0), len(output_names), self.fresh)
+                view = NodeView(op, inputs, attrs, self._opset, len(output_names), self._fresh)
                 outputs = list(RULES[op](view)) + outputs
             elif domain not in STANDARD_DOMAINS:
                 outputs = self._ask_handlers(node, inputs, attrs) + outputs
@@ -282,6 +308,8 @@ class _Walk:
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
             if info is None or info.shape is None:
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
+            if not self._incomplete and _incomplete(merged):
+                self._incomplete = True
             tensors[name] = merged
 
     def _merge(self, mine: Info | None, onnx_info: Info | None) -> Info:
@@ -340,6 +368,17 @@ class _Walk:
                 onnx.helper.np_dtype_to_tensor_dtype(np.dtype(answer_dtype)))
             out.append(Info(elem, None if answer_shape is None else [_as_dim(d) for d in answer_shape]))
         return out
+
+
+def _incomplete(info: Info) -> bool:
+    """Whether ``info`` lacks the type, the rank or a dim."""
+    if info.shape is None or not info.dtype:
+        return True
+    return any(map(_IS_NONE, info.shape))
+
+
+#: ``dim is None`` as a function for ``map`` (``None in shape`` calls each expression's ``__eq__``)
+_IS_NONE = functools.partial(operator.is_, None)
 
 
 def _as_dim(d: object) -> Dim:
