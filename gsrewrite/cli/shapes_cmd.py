@@ -66,8 +66,8 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
         rows = [("input", n, _shape(shape_text(result.shape(n)))) for n in result.inputs]
         rows += [("output", n, _shape(shape_text(result.shape(n)))) for n in result.outputs]
         if show_all:
-            rows += [("tensor", n, _shape(shape_text(i.shape))) for n, i in result.tensors.items()
-                     if n not in set(result.inputs) | set(result.outputs)]
+            listed = {*result.inputs, *result.outputs}
+            rows += [("tensor", n, _shape(shape_text(i.shape))) for n, i in result.tensors.items() if n not in listed]
         out.print(table("Shapes", ["kind", "name", "shape"], rows))
         typed = len(result.tensors) - len(result.unknown)
         out.print(f"{typed} of {len(result.tensors)} tensors have a known shape", markup=False, highlight=False)

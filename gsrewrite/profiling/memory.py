@@ -15,6 +15,8 @@ the weights. Sizes need concrete dims: symbols are bound from ``--input-shape`` 
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import itertools
 import random
 from collections.abc import Mapping
@@ -24,8 +26,9 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import UsageError
+from gsrewrite.graph import symdim
 from gsrewrite.graph.symbolic_shapes import SymbolicShapes
-from gsrewrite.model_io.graph_walk import node_subgraphs
+from gsrewrite.model_io.graph_walk import may_hold_graphs, node_subgraphs
 from gsrewrite.profiling.costs import item_bits
 
 ALIGNMENT = 64
@@ -87,26 +90,33 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
     initializers = {t.name for t in graph.initializer}
     constants = initializers | {n.output[0] for n in nodes if n.op_type == "Constant" and n.output}
     graph_inputs = {i.name for i in graph.input} - initializers
+    kept = graph_inputs | constants  # buffers never shared (the caller's, the weights')
     graph_outputs = {o.name for o in graph.output}
 
+    scope = {**shapes.bindings, **bindings}
+    sizes: dict[tuple[Any, int], int | None] = {}  # bytes by shape and type: computed once for each
+
     def size_of(name: str) -> int | None:
-        shape = shapes.concrete(name, bindings)
-        bits = item_bits(shapes.dtype(name))
-        if shape is None or not bits:
+        info = shapes.tensors.get(name)
+        if info is None or info.shape is None:
             return None
-        elements = 1
-        for d in shape:
-            elements *= d
-        return (elements * bits + 7) // 8
+        key = (tuple(info.shape), info.dtype)
+        if key not in sizes:
+            sizes[key] = _bytes(info.shape, item_bits(info.dtype), scope)
+        return sizes[key]
 
     last_use: dict[str, int] = {}
     for step, node in enumerate(nodes):
-        for name in (*node.input, *_outer_reads(node)):
+        for name in node.input:
             if name:
+                last_use[name] = step
+        if may_hold_graphs(node):
+            for name in _outer_reads(node):
                 last_use[name] = step
     owner: dict[str, Buffer] = {}  # tensor -> buffer holding it
     buffers: list[Buffer] = []
     unknown: list[str] = []
+    alias_bytes = 0  # the views' and in-place outputs' bytes (in the naive total)
     for step, node in enumerate(nodes):
         if node.op_type == "Constant":
             continue
@@ -118,17 +128,17 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
                 unknown.append(name)
                 continue
             end = last_use.get(name, step)
-            shared = _reusable(node, index, step, size, owner, last_use, graph_inputs | constants)
+            shared = _reusable(node, index, step, size, owner, last_use, kept)
             if shared is not None:
                 shared.end = max(shared.end, end)
                 shared.aliases.append(name)
+                alias_bytes += size
                 owner[name] = shared
                 continue
             buffer = Buffer(name, size, step, end)
             buffers.append(buffer)
             owner[name] = buffer
-    naive = sum(_aligned(b.size) for b in buffers) + sum(
-        (size_of(a) or 0) for b in buffers for a in b.aliases)
+    naive = sum(_aligned(b.size) for b in buffers) + alias_bytes
     lower, peak_step = _lower_bound(buffers, len(nodes))
     best = _best_placement(buffers, lower)
     arena, strategy, offsets = best
@@ -159,6 +169,21 @@ def _reusable(node: onnx.NodeProto, index: int, step: int, size: int, owner: Map
         if shared is not None and last_use.get(source) == step and shared.size == size and shared.end == step:
             return shared
     return None
+
+
+def _bytes(shape: list[Any], bits: int, scope: Mapping[str, int]) -> int | None:
+    """Bytes of a tensor of ``shape`` (dims bound by ``scope``), None when a dim is unknown or unbound."""
+    if not bits:
+        return None
+    elements = 1
+    for dim in shape:
+        if dim is None:
+            return None
+        try:
+            elements *= symdim.evaluate(dim, scope)
+        except KeyError:
+            return None
+    return (elements * bits + 7) // 8
 
 
 def _elements(dims: Any) -> int:
@@ -199,12 +224,28 @@ LONG_LIVED = (0.5, 0.25)
 #: graphs that, unlike a clock, gives the same plan on every machine; the moves are seeded)
 MAX_MOVES = 3000
 SEARCH_WORK = 4_000_000
+#: the fixed orders are placed while their work (pairs of buffers live at once looked at, and buffers) stays
+#: within this: all of them for a usual model, fewer for a huge one, none where the buffers overlap in too many
+#: pairs (a graph where thousands of tensors live at once took minutes), which the allocator places alone
+PLACEMENT_WORK = 4_000_000
 
 
 def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[int]]:
-    """The smallest arena of the fixed orders, then a local search over the order (move one buffer earlier,
-    keep the move when the arena is no larger) within :data:`MAX_MOVES` and :data:`SEARCH_WORK`, until the lower
-    bound."""
+    """The smallest arena of: the fixed orders (as many as :data:`PLACEMENT_WORK` allows), then a local search
+    over the order (move one buffer earlier, keep the move when the arena is no larger) within
+    :data:`MAX_MOVES` and :data:`SEARCH_WORK`, until the lower bound; and an allocator's placement in time order
+    (:func:`_place_in_time_order`), the only one where the buffers live at once in too many pairs."""
+    allocated = _place_in_time_order(buffers)
+    by_allocator = (_arena(buffers, allocated), "in time order, best fit", allocated)
+    placements = PLACEMENT_WORK // (2 * _overlapping_pairs(buffers) + len(buffers) + 1)
+    if not placements:
+        return by_allocator
+    greedy = _greedy_placement(buffers, lower, placements)
+    return by_allocator if by_allocator[0] < greedy[0] else greedy
+
+
+def _greedy_placement(buffers: list[Buffer], lower: int, placements: int) -> tuple[int, str, list[int]]:
+    """The best of the first ``placements`` fixed orders and fits, improved by the local search."""
     n = len(buffers)
     steps = max((b.end for b in buffers), default=0) + 1
     candidates: list[tuple[str, list[int]]] = []
@@ -220,7 +261,7 @@ def _best_placement(buffers: list[Buffer], lower: int) -> tuple[int, str, list[i
     best: tuple[int, str, list[int], list[int], str] | None = None
     overlapping = _overlapping(buffers)
     overlapping_set = [set(found) for found in overlapping]
-    for (name, order), fit in itertools.product(candidates, ("best", "first")):
+    for (name, order), fit in itertools.islice(itertools.product(candidates, ("best", "first")), placements):
         offsets = _place_order(buffers, order, fit, overlapping)
         arena = _arena(buffers, offsets)
         if best is None or arena < best[0]:
@@ -286,6 +327,77 @@ def _overlapping(buffers: list[Buffer]) -> list[list[int]]:
             found[j].append(i)
         live.append(i)
     return found
+
+
+def _overlapping_pairs(buffers: list[Buffer]) -> int:
+    """How many pairs of buffers are live at a same step, counted without listing them."""
+    ends = sorted(b.end for b in buffers)
+    # a buffer overlaps those started before it (in start order) that have not ended before its start
+    return sum(i - bisect.bisect_left(ends, start) for i, start in enumerate(sorted(b.start for b in buffers)))
+
+
+def _place_in_time_order(buffers: list[Buffer]) -> list[int]:
+    """Offsets as an allocator running the model would give them: the buffers in the order they are made
+    (larger first at a step), each in the smallest free block that holds it, else on top (extending a free
+    block there); a buffer's block is freed after its last step and merged with free neighbours. O(n log n)
+    whatever the buffers' overlaps (while the free blocks are few, as a run's are)."""
+    offsets = [-1] * len(buffers)
+    ending: list[tuple[int, int]] = []  # (last step, buffer) of the placed buffers not yet freed
+    free = _FreeBlocks()
+    for k in sorted(range(len(buffers)), key=lambda k: (buffers[k].start, -buffers[k].size, k)):
+        buffer = buffers[k]
+        while ending and ending[0][0] < buffer.start:
+            _, done = heapq.heappop(ending)
+            free.release(offsets[done], _aligned(buffers[done].size))
+        offsets[k] = free.take(_aligned(buffer.size))
+        heapq.heappush(ending, (buffer.end, k))
+    return offsets
+
+
+class _FreeBlocks:
+    """The free blocks of an arena that grows at its top: best fit, freed neighbours merged."""
+
+    def __init__(self) -> None:
+        self.top = 0
+        self._by_start: dict[int, int] = {}  # start -> size
+        self._by_end: dict[int, int] = {}  # end -> start
+        self._by_size: list[tuple[int, int]] = []  # (size, start), sorted
+
+    def take(self, size: int) -> int:
+        """The offset of a block of ``size`` bytes: the smallest free block that holds it, else the top."""
+        i = bisect.bisect_left(self._by_size, (size, -1))
+        if i < len(self._by_size):
+            block, start = self._by_size[i]
+            self._remove(start, block)
+            if block > size:
+                self._add(start + size, block - size)
+            return start
+        start = self._by_end.get(self.top, self.top)  # a free block ending at the top grows into the top
+        if start != self.top:
+            self._remove(start, self.top - start)
+        self.top = start + size
+        return start
+
+    def release(self, start: int, size: int) -> None:
+        before = self._by_end.get(start)
+        if before is not None:  # merged with the free block below
+            self._remove(before, start - before)
+            size, start = size + start - before, before
+        after = self._by_start.get(start + size)
+        if after is not None:  # and the one above
+            self._remove(start + size, after)
+            size += after
+        self._add(start, size)
+
+    def _add(self, start: int, size: int) -> None:
+        self._by_start[start] = size
+        self._by_end[start + size] = start
+        bisect.insort(self._by_size, (size, start))
+
+    def _remove(self, start: int, size: int) -> None:
+        del self._by_start[start]
+        del self._by_end[start + size]
+        del self._by_size[bisect.bisect_left(self._by_size, (size, start))]
 
 
 def _place_order(buffers: list[Buffer], order: list[int], fit: str, overlapping: list[list[int]]) -> list[int]:
