@@ -75,6 +75,7 @@ def model_info(model_or_path: ModelProto | str | os.PathLike[str], path: str | N
         model = load_weightless(path)
     count, nbytes = _parameters(model)
     external_bytes, external_files = _external_data(model, os.path.basename(path) if path else None)
+    histogram = op_histogram(model)
     return ModelInfo(
         producer_name=model.producer_name,
         producer_version=model.producer_version,
@@ -83,8 +84,8 @@ def model_info(model_or_path: ModelProto | str | os.PathLike[str], path: str | N
         inputs=_specs(model.graph.input, {t.name for t in model.graph.initializer}),
         outputs=_specs(model.graph.output, set()),
         node_count=len(model.graph.node),
-        node_count_total=sum(1 for _ in iter_nodes(model)),
-        op_histogram=op_histogram(model),
+        node_count_total=sum(histogram.values()),
+        op_histogram=histogram,
         parameter_count=count,
         parameter_bytes=nbytes,
         external_data_bytes=external_bytes,
@@ -100,7 +101,10 @@ def op_histogram(model: ModelProto) -> dict[str, int]:
 
     Operators outside the default domain are written as in the ONNX text syntax: ``com.microsoft.Attention``.
     """
-    counts = Counter(_qualified(node.domain, node.op_type) for node in iter_nodes(model))
+    ops = Counter((node.domain, node.op_type) for node in iter_nodes(model))  # named once per op, not per node
+    counts = Counter[str]()
+    for (domain, op_type), count in ops.items():
+        counts[_qualified(domain, op_type)] += count
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

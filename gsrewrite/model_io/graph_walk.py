@@ -54,8 +54,9 @@ def iter_graphs(model: ModelProto) -> Iterator[tuple[GraphProto, str]]:
 def _graphs_in(graph: GraphProto, where: str) -> Iterator[tuple[GraphProto, str]]:
     yield graph, where
     for i, node in enumerate(graph.node):
-        for attr_name, sub in node_subgraphs(node):
-            yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
+        if may_hold_graphs(node):  # (most nodes: no generator made to find no subgraph)
+            for attr_name, sub in node_subgraphs(node):
+                yield from _graphs_in(sub, _sub_where(attr_name, node, i, where))
 
 
 def _sub_where(attr_name: str, node: NodeProto, index: int, parent: str) -> str:

@@ -18,7 +18,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 from gsrewrite.errors import InvalidModelError
-from gsrewrite.model_io.graph_walk import node_label, node_subgraphs
+from gsrewrite.model_io.graph_walk import may_hold_graphs, node_label, node_subgraphs
 
 
 @dataclass(frozen=True)
@@ -70,28 +70,33 @@ def _check_body(body: _Body, outer: frozenset[str]) -> set[str]:
     producers = _producers(body, declared)
     local: frozenset[str] | None = None  # names visible to subgraphs: built when the first one is met
     free: set[str] = set()
-    deps: list[list[int]] = []
+    nested: dict[int, list[str]] = {}  # node -> the outer names its subgraphs read
     ordered = True  # every read produced by an earlier node: the order is topological, so no cycle
     for i, node in enumerate(body.nodes):
-        reads = [name for name in node.input if name]
-        for attr_name, sub in node_subgraphs(node):
-            if local is None:
-                local = outer | declared | producers.keys()
-            where = f"subgraph '{attr_name}' of node {node_label(node, i)} in {body.where}"
-            reads.extend(sorted(_check_body(_Body.of_graph(sub, where, nested=True), local)))
-        node_deps = []
+        reads: Sequence[str] = node.input
+        if may_hold_graphs(node):
+            for attr_name, sub in node_subgraphs(node):
+                if local is None:
+                    local = outer | declared | producers.keys()
+                where = f"subgraph '{attr_name}' of node {node_label(node, i)} in {body.where}"
+                nested.setdefault(i, []).extend(sorted(_check_body(_Body.of_graph(sub, where, nested=True), local)))
+            if i in nested:
+                reads = [*reads, *nested[i]]
         for name in reads:
+            if not name:
+                continue
             producer = producers.get(name)
             if producer is not None:
-                node_deps.append(producer)
-                ordered = ordered and producer < i
+                if producer >= i:
+                    ordered = False
             elif name not in declared:
                 _require_outer(name, outer, f"node {node_label(node, i)} in {body.where} reads", body)
                 free.add(name)
-        deps.append(node_deps)
     _check_outputs(body, declared, producers, outer, free)
-    if not ordered:
-        _check_acyclic(body, [set(d) for d in deps])
+    if not ordered:  # (no list of dependencies is built for the graphs in order: every exporter's)
+        deps = [{producers[name] for name in (*node.input, *nested.get(i, ())) if name in producers}
+                for i, node in enumerate(body.nodes)]
+        _check_acyclic(body, deps)
     return free
 
 

@@ -63,11 +63,13 @@ def _rebuilt(view: Buffer, location: str) -> bytearray:
 
 def _graph(view: Buffer, pos: int, end: int, location: str) -> bytearray:
     out = bytearray()
+    kept = pos  # the fields from here on are copied as they are, in one run (a graph is mostly nodes)
     for field, wire, start, payload, stop in all_fields(view, pos, end):
         if field == GRAPH_INITIALIZER and wire == LEN:
+            out += view[kept:start]
             _put_len(out, field, _tensor(view, payload, stop, location))
-        else:
-            out += view[start:stop]
+            kept = stop
+    out += view[kept:end]
     return out
 
 
