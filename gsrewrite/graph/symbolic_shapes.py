@@ -277,34 +277,38 @@ class _Walk:
 
     def _visit(self, node: onnx.NodeProto) -> None:
         op, domain = node.op_type, node.domain
-        domain = "" if domain == "ai.onnx" else domain
+        if domain == "ai.onnx":
+            domain = ""
         attributes = node.attribute
         attrs = {a.name: _attr_value(a) for a in attributes} if attributes else {}
         output_names = list(node.output)
-        if op == "Constant" and domain == "":
+        if op == "Constant" and not domain:
             self._constant_node(node, attrs)
             if _incomplete(self.tensors[output_names[0]]):
                 self._incomplete = True
             return
         tensors = self.tensors
-        input_names = list(node.input)
-        inputs = [tensors.get(name) if name else None for name in input_names]
-        for name, found in zip(input_names, inputs, strict=True):
+        inputs: list[Info | None] = []
+        for name in node.input:
+            found = tensors.get(name) if name else None
             if found is None and name:
                 self._read_early.add(name)
-        outputs: list[Info | None] = [None] * len(output_names)
+            inputs.append(found)
+        outputs: list[Info | None] | None = None
         try:
-            if domain == "" and op in RULES:
-                view = NodeView(op, inputs, attrs, self._opset, len(output_names), self._fresh)
-                outputs = list(RULES[op](view)) + outputs
+            if not domain:
+                rule = RULES.get(op)
+                if rule is not None:
+                    outputs = rule(NodeView(op, inputs, attrs, self._opset, len(output_names), self._fresh))
             elif domain not in STANDARD_DOMAINS:
-                outputs = self._ask_handlers(node, inputs, attrs) + outputs
+                outputs = self._ask_handlers(node, inputs, attrs)
         except Exception as exc:  # a rule meeting a shape it did not expect: unknown, not an error
             log.debug("shape rule for %s (%s) failed: %s", node.name, op, exc)
         baseline = self.baseline
-        for name, info in zip(output_names, outputs, strict=False):
+        for index, name in enumerate(output_names):
             if not name:
                 continue
+            info = outputs[index] if outputs is not None and index < len(outputs) else None
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
             if info is None or info.shape is None:
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1

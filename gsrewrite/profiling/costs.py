@@ -463,7 +463,7 @@ class _SparsityJobs:
 
     def start(self, constants: Mapping[str, onnx.TensorProto], names: Iterable[str]) -> None:
         """Start the weights among ``names`` (in the order the walk will need them) that are large enough."""
-        if not self._enabled:
+        if not self._enabled or not constants:
             return
         todo: dict[str, onnx.TensorProto] = {}
         for name in names:
@@ -521,7 +521,7 @@ class _NodeCosts:
 
     def __call__(self, node: onnx.NodeProto) -> tuple[NodeCost, list[str]]:
         """The node's cost, and the constants it reads (in input order)."""
-        constants, shapes = self._constants, self._shapes
+        constants, tensors = self._constants, self._shapes.tensors
         inputs: list[gs.Tensor] = []
         read: list[str] = []
         params = weight_bytes = 0
@@ -539,11 +539,13 @@ class _NodeCosts:
                 params += elements
                 weight_bytes += (elements * item_bits(tensor.data_type) + 7) // 8
             else:
-                inputs.append(_variable(name, shapes))
+                inputs.append(_variable(name, tensors.get(name)))
         output_names = list(node.output)
-        outputs = [_variable(name, shapes) if name else _light_variable("", None, None) for name in output_names]
+        outputs = [_variable(name, tensors.get(name)) if name else _light_variable("", None, None)
+                   for name in output_names]
+        name, op_type, domain = node.name, sys.intern(node.op_type), node.domain
         try:
-            answer = self._profiler(_light_node(node, inputs, outputs), self._context)
+            answer = self._profiler(_light_node(node, name, op_type, domain, inputs, outputs), self._context)
         except Exception as exc:  # an expression past its bounds (hostile shape arithmetic): unknown, not an error
             if not isinstance(exc.__cause__ or exc.__context__, symdim.ExpressionTooLarge) and \
                     not isinstance(exc, symdim.ExpressionTooLarge):
@@ -552,14 +554,14 @@ class _NodeCosts:
         macs = None if answer is None else answer.macs
         if macs is not None and not isinstance(macs, (int, symdim.Expr)):
             macs = int(macs)
-        activation: Count = 0
-        for name in output_names:
-            if name and activation is not None:
-                size = self._output_bytes(shapes.tensors.get(name))
+        sizes = [self._output_bytes(tensors.get(output)) for output in output_names if output]
+        activation: Count = sizes[0] if len(sizes) == 1 else 0
+        if len(sizes) > 1:
+            for size in sizes:
                 activation = None if size is None else add_counts(activation, size)
-        cost = NodeCost(node.name, sys.intern(node.op_type), node.domain, macs, params, weight_bytes, activation,
-                        None, answer is not None)
-        return cost, read
+                if activation is None:
+                    break
+        return NodeCost(name, op_type, domain, macs, params, weight_bytes, activation, None, answer is not None), read
 
     def _output_bytes(self, info: Info | None) -> Count:
         if info is None or info.shape is None:
@@ -591,19 +593,22 @@ def _product(shape: list[Any]) -> Count:
     return total
 
 
-def _light_node(node: onnx.NodeProto, inputs: list[gs.Tensor], outputs: list[gs.Tensor]) -> gs.Node:
+def _light_node(node: onnx.NodeProto, name: str, op_type: str, domain: str, inputs: list[gs.Tensor],
+                outputs: list[gs.Tensor]) -> gs.Node:
     """A graphsurgeon node as profilers read it (op, name, domain, attrs, inputs, outputs), without the
     producer/consumer links a graph needs (building those was most of the profile's time). The fields are
     set directly: graphsurgeon's ``__setattr__`` (which syncs those links) costs more than the profiler."""
     view = gs.Node.__new__(gs.Node)
-    view.__dict__.update(op=node.op_type, name=node.name, domain=node.domain or None,
-                         attrs={a.name: _attr(a) for a in node.attribute} if node.attribute else {},
-                         inputs=inputs, outputs=outputs)
+    fields = view.__dict__
+    fields["op"], fields["name"], fields["domain"] = op_type, name, domain or None
+    attributes = node.attribute
+    fields["attrs"] = {a.name: _attr(a) for a in attributes} if attributes else {}
+    fields["inputs"], fields["outputs"] = inputs, outputs
     return view
 
 
-def _variable(name: str, shapes: SymbolicShapes) -> gs.Tensor:
-    info = shapes.tensors.get(name)
+def _variable(name: str, info: Info | None) -> gs.Tensor:
+    """The view of a tensor whose inferred type is ``info``."""
     dtype_code = info.dtype if info is not None else 0
     dtype = _NP_DTYPES.get(dtype_code)
     if dtype is None and dtype_code:
@@ -636,7 +641,9 @@ def _lazy_type(data_type: int) -> tuple[Any, int]:
 def _light_variable(name: str, dtype: Any, shape: list[Any] | None) -> gs.Variable:
     """A ``gs.Variable`` with the fields its ``__init__`` sets, without the producer/consumer links."""
     variable = gs.Variable.__new__(gs.Variable)
-    variable.__dict__.update(name=name, inputs=[], outputs=[], dtype=dtype, type="tensor_type", shape=shape)
+    fields = variable.__dict__
+    fields["name"], fields["inputs"], fields["outputs"] = name, [], []
+    fields["dtype"], fields["type"], fields["shape"] = dtype, "tensor_type", shape
     return variable
 
 
