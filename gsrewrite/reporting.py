@@ -1,12 +1,20 @@
-"""One report format for every rewriting command (apply, optimize, simplify, compress), as data.
+"""One report format for every rewriting command (apply, optimize, simplify, compress), as data, and the text
+forms every command's output shares.
 
 A :class:`Report` is a list of blocks: tables (title, columns, rows) and lines. The library's results render it
 as plain text (``result.report()``); the CLI renders the same blocks with rich on a terminal. Sizes are binary
 units, labelled as such (KiB, MiB, GiB).
+
+Text from a model (names of tensors, nodes, inputs) is shown through :func:`printable` in every table and
+message (a name could otherwise hold newlines, terminal escape sequences or bidirectional controls), and written
+to CSV through :func:`csv_cell` (a cell a spreadsheet would run as a formula is kept as text).
 """
 
 from __future__ import annotations
 
+import functools
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,9 +53,54 @@ class Report:
     blocks: list[Table | str] = field(default_factory=list)
 
     def text(self) -> str:
-        """The report as plain text (aligned columns, numbers right-aligned)."""
-        parts = [plain_table(b.title, b.columns, b.rows) if isinstance(b, Table) else b for b in self.blocks]
+        """The report as plain text (aligned columns, numbers right-aligned; each line one line: see
+        :func:`printable`)."""
+        parts = [plain_table(b.title, b.columns, b.rows) if isinstance(b, Table) else printable(b)
+                 for b in self.blocks]
         return "\n".join(parts)
+
+
+#: shown as JSON writes them
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: Unicode categories shown escaped: controls (C0, DEL, C1: newlines, ESC and the sequences it starts), format
+#: characters (bidirectional overrides and isolates, zero-width characters), line and paragraph separators,
+#: surrogates
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """``text`` as one line a terminal shows as it is: control and format characters (newlines, ESC, OSC and
+    other escape sequences, C1 controls, bidirectional controls such as U+202E, zero-width characters) and line
+    separators escaped as JSON writes them (``\\n``, ``\\u001b``, ``\\u202e``); everything else, non-ASCII
+    letters included, unchanged."""
+    if text.isprintable():  # (almost every name: one C-level scan)
+        return text
+    return "".join(map(_shown, text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shown(char: str) -> str:
+    if char in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[char]
+    if unicodedata.category(char) in _HIDDEN_CATEGORIES:
+        code = ord(char)
+        return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return char
+
+
+#: first characters a spreadsheet reads as the start of a formula (OWASP's CSV injection list)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` for a CSV cell: text a spreadsheet would run as a formula (it starts with ``= + - @``, a tab or
+    a carriage return) gets a leading ``'``, which spreadsheets read as "this is text" (OWASP's rule); a number
+    stays a number, negative ones included (``-3``, ``-1.5e3`` cannot be a formula: left as they are, they
+    still add up). Other values are unchanged (the name itself, not an escaped form: CSV is data)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 def size_text(n: float) -> str:
@@ -112,7 +165,7 @@ def _signed_size(delta: int) -> str:
 
 def plain_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A table as aligned plain text; columns whose every cell is a number are right-aligned."""
-    cells = [[_plain(v) for v in r] + [""] * (len(columns) - len(r)) for r in rows]
+    cells = [[cell_text(v) for v in r] + [""] * (len(columns) - len(r)) for r in rows]
     numeric = [bool(cells) and all(is_number(r[i]) for r in cells if r[i] != "") for i in range(len(columns))]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
 
@@ -120,14 +173,15 @@ def plain_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
         return "  ".join(v.rjust(w) if num else v.ljust(w)
                          for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
 
-    lines = ([title] if title else []) + [line(columns), line(["-" * w for w in widths])]
+    lines = ([printable(title)] if title else []) + [line(columns), line(["-" * w for w in widths])]
     return "\n".join(lines + [line(r) for r in cells])
 
 
-def _plain(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A table cell's text: floats to 3 significant digits, None empty, text through :func:`printable`."""
     if isinstance(value, float):
         return f"{value:.3g}" if value == value else "nan"
-    return "" if value is None else str(value)
+    return "" if value is None else printable(str(value))
 
 
 def is_number(text: str) -> bool:

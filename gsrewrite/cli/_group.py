@@ -23,6 +23,7 @@ import click
 
 from gsrewrite import __version__
 from gsrewrite.errors import GsrewriteError
+from gsrewrite.reporting import printable
 
 log = logging.getLogger("gsrewrite")
 
@@ -150,9 +151,17 @@ def _interrupts_cancel_saves() -> Iterator[None]:
 
 
 def one_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception message (never a traceback)."""
+    """The first non-empty line of an exception message (never a traceback), control characters escaped
+    (:func:`~gsrewrite.reporting.printable`: names in messages come from models)."""
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+    return printable(text.splitlines()[0])
+
+
+class _PrintableFormatter(logging.Formatter):
+    """Log messages with their control characters escaped (they name tensors and nodes of the model)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
 
 
 def _plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
@@ -181,7 +190,7 @@ def _configure_logging(verbose: int, quiet: int) -> None:
     level = logging.WARNING - 10 * verbose + 10 * quiet
     level = max(logging.DEBUG, min(logging.CRITICAL, level))
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setFormatter(_PrintableFormatter("%(levelname)s: %(message)s"))
     root = logging.getLogger("gsrewrite")
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gsrewrite.reporting import is_number, plain_table, size_text
+from gsrewrite.reporting import cell_text, is_number, plain_table, printable, size_text
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 
@@ -115,7 +115,7 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     rows = list(rows)
     if not sys.stdout.isatty():
         return Text(plain_table(title, columns, rows))
-    t = Table(title=title, show_lines=False, title_justify="left")
+    t = Table(title=None if title is None else escape(printable(title)), show_lines=False, title_justify="left")
     rows = [list(map(_cell, r)) for r in rows]
     for i, col in enumerate(columns):
         numeric = bool(rows) and all(is_number(r[i]) for r in rows if i < len(r) and r[i] != "")
@@ -126,10 +126,9 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
 
 
 def _cell(value: Any) -> str:
-    """Cell text; rich markup in data (e.g. a shape '[batch, 4]') is escaped, never interpreted."""
-    if isinstance(value, float):
-        return f"{value:.3g}" if value == value else "nan"
-    return "" if value is None else escape(str(value))
+    """Cell text (:func:`~gsrewrite.reporting.cell_text`: control characters escaped); rich markup in data (e.g.
+    a shape '[batch, 4]') is escaped, never interpreted."""
+    return escape(cell_text(value))
 
 
 def human_bytes(n: float) -> str:

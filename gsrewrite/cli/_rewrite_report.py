@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from gsrewrite.cli._output import console, emit_json, table
-from gsrewrite.reporting import Report, Table, size_text
+from gsrewrite.reporting import Report, Table, printable, size_text
 
 
 def show(report: Report, wrote: str | None, size: int | None, verbosity: int) -> None:
@@ -30,9 +30,9 @@ def render(out: Console, report: Report) -> None:
         elif block.startswith("Dropped") or (block.startswith("Validation:") and
                                              not block.startswith("Validation: OK")):
             style = "yellow" if block.startswith("Dropped") else "red"
-            out.print(block, style=style, markup=False, highlight=False, soft_wrap=True)
+            out.print(printable(block), style=style, markup=False, highlight=False, soft_wrap=True)
         else:
-            out.print(block, markup=False, highlight=False, soft_wrap=True)
+            out.print(printable(block), markup=False, highlight=False, soft_wrap=True)
 
 
 def emit(data: dict[str, Any], wrote: str | None, size_before: int | None, size_after: int | None) -> None:

@@ -6,6 +6,7 @@ import click
 
 from gsrewrite.cli._analysis_options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, json_option, to_json
+from gsrewrite.reporting import printable
 
 
 @click.command("compute-graph")
@@ -54,4 +55,4 @@ def compute_graph(model: str, output: str, engine_path: str, input_shape: tuple[
               highlight=False)
     if result.check is not None:
         for line in check_summary(result.check):
-            out.print(line, markup=False, highlight=False)
+            out.print(printable(line), markup=False, highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from gsrewrite.cli._output import console, emit_json, json_option, working
+from gsrewrite.reporting import printable
 
 
 def _names(values: tuple[str, ...]) -> list[str]:
@@ -45,4 +46,4 @@ def extract(model: str, inputs: tuple[str, ...], outputs: tuple[str, ...], outpu
     if as_json:
         emit_json(result.to_dict() | {"output": output})
         return
-    console().print(f"Wrote {output}: {result.summary()}", markup=False, highlight=False, soft_wrap=True)
+    console().print(printable(f"Wrote {output}: {result.summary()}"), markup=False, highlight=False, soft_wrap=True)

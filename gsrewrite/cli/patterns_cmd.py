@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.reporting import printable
 
 
 @click.group()
@@ -58,22 +59,30 @@ def show_pattern(name: str, as_json: bool) -> None:
 
 
 def _show(pattern: Any) -> None:
+    from rich.markup import escape
+
     from gsrewrite.patterns.pattern import DEVICES
 
     out = console()
-    out.print(f"[bold]{pattern.name}[/bold] (family {pattern.family}) - {pattern.description}")
-    out.print(f"source: {pattern.source}")
+    out.print(f"[bold]{escape(printable(pattern.name))}[/bold] "
+              + escape(printable(f"(family {pattern.family}) - {pattern.description}")))
+    out.print(printable(f"source: {pattern.source}"), markup=False, highlight=False)
     details = {"constants": sorted(pattern.constants), "optional": sorted(pattern.optional),
                "checks": list(pattern.checks), "compute": pattern.compute,
                "devices": list(pattern.devices) if len(pattern.devices) < len(DEVICES) else []}
     for key, value in details.items():
         if value:
-            out.print(f"{key}: {value}")
+            out.print(printable(f"{key}: {value}"), markup=False, highlight=False)
     out.print("match:", markup=False)
-    out.print(pattern.match_text, markup=False, highlight=False)
+    out.print(_lines(pattern.match_text), markup=False, highlight=False)
     for target, text in pattern.replace_texts.items():
-        out.print(f"replace ({target}):", markup=False)
-        out.print(text, markup=False, highlight=False)
+        out.print(printable(f"replace ({target}):"), markup=False)
+        out.print(_lines(text), markup=False, highlight=False)
+
+
+def _lines(text: str) -> str:
+    """A template's text: its lines kept, control characters in them escaped."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 @patterns.command("check")

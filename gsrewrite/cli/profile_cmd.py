@@ -69,13 +69,25 @@ def _write_plot(result: Any, path: str, top: int) -> None:
 
 
 def _csv(nodes: list[dict[str, Any]]) -> str:
+    """One row per node, text quoted; a name a spreadsheet would run as a formula is kept as text (``csv_cell``).
+    The names are written as they are, except on a terminal, where their control characters are escaped (as
+    ``ls`` quotes them there): a CSV on a terminal is read, not stored."""
+    import sys
+
+    from gsrewrite.reporting import csv_cell, printable
+
+    shown = printable if sys.stdout.isatty() else str
     buffer = io.StringIO()
     columns = ["name", "op_type", "macs", "params", "weight_bytes", "activation_bytes", "sparsity",
                "block_sparsity"]
-    writer = csv.DictWriter(buffer, columns, lineterminator="\n")
+    # text quoted, numbers not: a name holding a carriage return stays in its cell (the minimal quoting quotes only
+    # what holds the line terminator, so such a name split its row)
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n", quoting=csv.QUOTE_NONNUMERIC)
     writer.writeheader()
     for node in nodes:
-        writer.writerow({c: "" if node.get(c) is None else node[c] for c in columns})
+        values = {c: node.get(c) for c in columns}
+        writer.writerow({c: "" if v is None else csv_cell(shown(v) if isinstance(v, str) else v)
+                         for c, v in values.items()})
     return buffer.getvalue()
 
 

@@ -6,6 +6,7 @@ import click
 
 from gsrewrite.cli._analysis_options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.reporting import printable
 
 
 @click.command()
@@ -73,7 +74,7 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
         out.print(f"{typed} of {len(result.tensors)} tensors have a known shape", markup=False, highlight=False)
         if verdict is not None:
             for line in check_summary(verdict):
-                out.print(line, markup=False, highlight=False)
+                out.print(printable(line), markup=False, highlight=False)
         if output is not None:
             out.print(f"Wrote {output}", markup=False, highlight=False)
     if verdict is not None and not verdict.ok:

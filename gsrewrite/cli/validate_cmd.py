@@ -8,6 +8,7 @@ import click
 
 from gsrewrite.cli._output import console, emit_json, json_option, table
 from gsrewrite.cli._validation_options import criterion_options, validation_options
+from gsrewrite.reporting import printable
 
 if TYPE_CHECKING:
     from gsrewrite.validation import OutputComparison, ValidationReport
@@ -50,10 +51,11 @@ def _print_report(report: ValidationReport) -> None:
     out.print(table(title, _COLUMNS, [_row(o) for o in report.outputs]))
     for size in report.sizes:
         shapes = ", ".join(f"{name} {'x'.join(map(str, shape)) or 'scalar'}" for name, shape in size["shapes"].items())
-        out.print(f"{size['name']} inputs: {shapes}", soft_wrap=True)
+        out.print(printable(f"{size['name']} inputs: {shapes}"), markup=False, soft_wrap=True)
     if report.extra_outputs:
-        out.print("outputs only in the candidate (not compared): " + ", ".join(report.extra_outputs), soft_wrap=True)
-    out.print(report.summary(), soft_wrap=True)
+        out.print(printable("outputs only in the candidate (not compared): " + ", ".join(report.extra_outputs)),
+                  markup=False, soft_wrap=True)
+    out.print(printable(report.summary()), markup=False, soft_wrap=True)
 
 
 def _row(o: OutputComparison) -> list[object]:
