@@ -133,7 +133,8 @@ def test_cli_json_matches_the_library(saved: Path) -> None:
     # the one-line compute total: the library's profile of the same model
     import gsrewrite
     profile = gsrewrite.profile(saved)
-    assert totals == {"macs": str(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled}
+    assert totals == {"macs": str(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled,
+                      "unknown_symbols": profile.unknown_symbols()}
     assert profile.unprofiled == {}  # the If branches and the local function are profiled too
 
 

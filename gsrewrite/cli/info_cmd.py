@@ -30,8 +30,10 @@ def info(model: str, as_json: bool) -> None:
     out = console()
     rows = _summary_rows(report)
     if totals is not None:
-        missing = totals["unprofiled"]
+        missing, unknown = totals["unprofiled"], totals["unknown_symbols"]
         note = f" (not counted: {', '.join(f'{op} x{n}' for op, n in missing.items())})" if missing else ""
+        if unknown:
+            note += f" (in dims no input gives, unknown until the model runs: {', '.join(unknown)})"
         rows.append(("compute", f"{_count(totals['macs'])} MACs{note}, {totals['params']:,} parameters"))
     out.print(table("Model", ["field", "value"], rows))
     out.print(table("Inputs and outputs", ["kind", "name", "type", "shape"], _io_rows(report)))
@@ -48,7 +50,8 @@ def _totals(model: onnx.ModelProto) -> dict[str, Any] | None:
         profile = profile_model(model, sparsity=False)
     except Exception:  # the totals are extra: a model the profile cannot read still gets its info
         return None
-    return {"macs": count_json(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled}
+    return {"macs": count_json(profile.macs), "params": profile.params, "unprofiled": profile.unprofiled,
+            "unknown_symbols": profile.unknown_symbols()}
 
 
 def _count(value: object) -> str:

@@ -25,16 +25,27 @@ def memory(model: str, input_shape: tuple[str, ...], top: int, as_json: bool) ->
         emit_json(plan)
         return
     out = console()
+    # with tensors of unknown size the plan leaves them out: every count is then at least what it says
+    least = "" if plan.complete else "at least "
     rows = [("sizes", ", ".join(f"{k}={v}" for k, v in sorted(plan.bindings.items())) or "static"),
-            ("naive (no reuse)", human_bytes(plan.naive_bytes)),
-            ("planned arena", f"{human_bytes(plan.arena_bytes)} ({plan.strategy})"),
-            ("lower bound", f"{human_bytes(plan.lower_bound_bytes)} at {plan.peak_node or f'step {plan.peak_step}'}"),
+            ("naive (no reuse)", least + human_bytes(plan.naive_bytes)),
+            ("planned arena", f"{least}{human_bytes(plan.arena_bytes)} ({plan.strategy})"),
+            ("lower bound", f"{least}{human_bytes(plan.lower_bound_bytes)} at "
+                            f"{plan.peak_node or f'step {plan.peak_step}'}"),
             ("arena / lower bound", f"{plan.ratio_to_bound:.3f}"),
-            ("graph inputs / outputs", f"{human_bytes(plan.input_bytes)} / {human_bytes(plan.output_bytes)}"),
+            ("graph inputs / outputs", f"{least if plan.unknown_io else ''}{human_bytes(plan.input_bytes)} / "
+                                       f"{least if plan.unknown_io else ''}{human_bytes(plan.output_bytes)}"),
             ("weights", human_bytes(plan.weight_bytes))]
-    if plan.unknown:
-        rows.append(("size unknown", f"{len(plan.unknown)} tensors (not planned): {', '.join(plan.unknown[:3])}"))
+    for label, names in (("size unknown", plan.unknown), ("input/output size unknown", plan.unknown_io)):
+        if names:
+            more = ", ..." if len(names) > 3 else ""
+            rows.append((label, f"{len(names)} tensor(s), not planned: {', '.join(names[:3])}{more}"))
     out.print(table("Memory plan", ["", "value"], rows))
+    if not plan.complete:
+        count = len(plan.unknown) + len(plan.unknown_io)
+        out.print(f"Incomplete plan: {count} tensor(s) have a size unknown before the model runs (their rank or a "
+                  "dim no input gives); the byte counts above leave them out and are lower bounds.", markup=False,
+                  highlight=False)
     largest = sorted(plan.buffers, key=lambda b: -b.size)[:top]
     out.print(table(f"Largest {len(largest)} buffers", ["tensor", "offset", "size", "steps"], [
         (b.tensor, f"{b.offset:,}", human_bytes(b.size), f"{b.start}-{b.end}") for b in largest]))

@@ -116,6 +116,10 @@ def _tables(result: Any, top: int, read_weights: bool = True) -> None:
         rows.append(("sizes", ", ".join(f"{k}={v}" for k, v in sorted(result.bindings.items()))))
     if result.unprofiled:
         rows.append(("MACs unknown", ", ".join(f"{k} x{v}" for k, v in result.unprofiled.items())))
+    unknown_symbols = result.unknown_symbols()
+    if unknown_symbols:
+        rows.append(("unknown dims", f"{', '.join(unknown_symbols)}: no input gives them (counts in them are "
+                                     "known only when the model runs)"))
     out.print(table("Total", ["", "value"], rows))
     by_type = result.by_op_type()
     out.print(table("By op type", ["op", "count", "MACs", "share", "params", "activation bytes"], [

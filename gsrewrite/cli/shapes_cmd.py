@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from gsrewrite.cli._analysis_options import input_shape_option
@@ -63,15 +65,17 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
         emit_json(data)
     else:
         out = console()
-        out.print(table("Symbols", ["symbol", "from"], sorted(result.symbols.items())))
+        out.print(table("Symbols", ["symbol", "from"], [
+            (symbol, where if symbol in result.input_symbols else f"{where} (no input gives it: unknown)")
+            for symbol, where in sorted(result.symbols.items())]))
         rows = [("input", n, _shape(shape_text(result.shape(n)))) for n in result.inputs]
         rows += [("output", n, _shape(shape_text(result.shape(n)))) for n in result.outputs]
         if show_all:
             listed = {*result.inputs, *result.outputs}
             rows += [("tensor", n, _shape(shape_text(i.shape))) for n, i in result.tensors.items() if n not in listed]
         out.print(table("Shapes", ["kind", "name", "shape"], rows))
-        typed = len(result.tensors) - len(result.unknown)
-        out.print(f"{typed} of {len(result.tensors)} tensors have a known shape", markup=False, highlight=False)
+        for line in _summary(result):
+            out.print(printable(line), markup=False, highlight=False)
         if verdict is not None:
             for line in check_summary(verdict):
                 out.print(printable(line), markup=False, highlight=False)
@@ -79,6 +83,27 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
             out.print(f"Wrote {output}", markup=False, highlight=False)
     if verdict is not None and not verdict.ok:
         raise ValidationError("inferred shapes differ from onnxruntime's (see above)")
+
+
+def _summary(result: Any) -> list[str]:
+    """How many tensors have a known shape; those that do not, and the symbols no input gives."""
+    known = len(result.tensors) - len(result.unknown)
+    line = f"{known} of {len(result.tensors)} tensors have a known shape"
+    if not result.unknown:
+        return [line]
+    more = ", ..." if len(result.unknown) > _NAMED else ""
+    lines = [f"{line}; {len(result.unknown)} do not (their rank or a dim is unknown): "
+             f"{', '.join(result.unknown[:_NAMED])}{more}"]
+    unknown_symbols = result.unknown_symbols()
+    if unknown_symbols:
+        more = ", ..." if len(unknown_symbols) > _NAMED else ""
+        lines.append(f"dims no input gives (known only when the model runs): "
+                     f"{', '.join(unknown_symbols[:_NAMED])}{more}")
+    return lines
+
+
+#: tensors and symbols named in the summary, at most
+_NAMED = 5
 
 
 def _shape(dims: list[str | int] | None) -> str:

@@ -48,16 +48,24 @@ class SymbolicShapes:
     """The result: what is known of every tensor of the main graph."""
 
     tensors: dict[str, Info]
-    #: symbol -> where it comes from (``input_ids[1]``; ``onnx`` for dims only ONNX inference named)
+    #: symbol -> where it comes from (``input_ids[1]``; for a dim only ONNX's inference named, the tensor and axis)
     symbols: dict[str, str] = field(default_factory=dict)
     #: symbols bound to values by the caller (``seq=128``)
     bindings: dict[str, int] = field(default_factory=dict)
-    #: tensors whose shape is unknown (rank or some dim)
+    #: tensors whose shape is not known: the rank, or a dim that is unknown or in a symbol no input gives (see
+    #: :attr:`input_symbols`)
     unknown: list[str] = field(default_factory=list)
     #: nodes whose outputs came from ONNX's inference, not a rule or handler
     fallback_ops: dict[str, int] = field(default_factory=dict)
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    #: the symbols the graph inputs' dims define (and the input shapes given): a dim in any other symbol (ONNX's
+    #: ``unk__N``, a size only the data decides such as NonZero's count) is not known before the model runs
+    input_symbols: set[str] = field(default_factory=set)
+
+    def unknown_symbols(self) -> list[str]:
+        """The symbols used that no input gives (see :attr:`input_symbols`)."""
+        return sorted(set(self.symbols) - self.input_symbols)
 
     def shape(self, name: str) -> Shape | None:
         info = self.tensors.get(name)
@@ -93,6 +101,7 @@ class SymbolicShapes:
             "tensors": {n: {"dtype": _dtype_name(i.dtype), "shape": shape_text(i.shape)}
                         for n, i in self.tensors.items()},
             "unknown": list(self.unknown),
+            "unknown_symbols": self.unknown_symbols(),
         }
 
 
@@ -226,6 +235,7 @@ class _Walk:
                         self.symbols.setdefault(name, value_info.name)
                 info.shape = list(dims)
             self.tensors[value_info.name] = info
+        input_symbols = set(self.symbols)
         given = dict(self.tensors)
         order: Iterable[onnx.NodeProto] = graph.node  # exporters write the nodes in order: walked as they are
         self._walk(order)
@@ -246,9 +256,16 @@ class _Walk:
             if shape:
                 distinct.update(shape)
         used: set[str] = set()  # the symbols of each distinct dim, once
+        unresolved: set[Dim] = set()  # the dims in a symbol no input gives
         for dim in distinct:
             if isinstance(dim, Expr):
-                used |= dim.symbols()
+                names = dim.symbols()
+                used |= names
+                if not names <= input_symbols:
+                    unresolved.add(dim)
+        if unresolved:  # (a second look at the tensors, only for a model that has such dims)
+            unknown = [name for name, info in self.tensors.items()
+                       if info.shape is None or not unresolved.isdisjoint(info.shape) or any(map(_IS_NONE, info.shape))]
         initializers = {t.name for t in graph.initializer}
         self.result = SymbolicShapes(
             tensors=self.tensors, symbols={k: v for k, v in self.symbols.items() if k in used},
@@ -256,7 +273,8 @@ class _Walk:
             unknown=unknown,
             fallback_ops=self.fallback_ops,
             inputs=[i.name for i in graph.input if i.name not in initializers],
-            outputs=[o.name for o in graph.output])
+            outputs=[o.name for o in graph.output],
+            input_symbols=input_symbols & used)
 
     def _walk(self, nodes: Iterable[onnx.NodeProto]) -> None:
         """Visit ``nodes`` in order; :attr:`_incomplete` says whether an output's type or a dim is still unknown,

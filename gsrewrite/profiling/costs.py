@@ -248,6 +248,11 @@ class Profile:
             names |= macs.symbols() | activation.symbols()
         return sorted(names)
 
+    def unknown_symbols(self) -> list[str]:
+        """The symbols of :meth:`symbols` no model input gives (ONNX's ``unk__N``, a size only the data decides):
+        counts in them are not known before the model runs."""
+        return [name for name in self.symbols() if name not in self.shapes.input_symbols]
+
     def bind(self, bindings: Mapping[str, int]) -> Profile:
         """The profile with its symbols bound to sizes (symbols not bound stay symbolic)."""
         def value(count: Count) -> Count:
@@ -274,6 +279,7 @@ class Profile:
                       "activation_bytes": count_json(self.activation_bytes),
                       "sparsity": self.weights.sparsity, "block_sparsity": self.weights.block_sparsity},
             "symbols": self.symbols(),
+            "unknown_symbols": self.unknown_symbols(),
             "bindings": dict(self.bindings),
             "unprofiled": self.unprofiled,
             "by_op_type": {k: v.to_dict() for k, v in self.by_op_type().items()},

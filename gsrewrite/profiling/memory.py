@@ -64,8 +64,17 @@ class MemoryPlan:
     output_bytes: int
     weight_bytes: int
     bindings: dict[str, int]
+    #: intermediate tensors whose size is unknown (a dim no input gives, or an unknown rank): not planned
     unknown: list[str]
     strategy: str
+    #: graph inputs and outputs whose size is unknown (not in input_bytes / output_bytes)
+    unknown_io: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every tensor's size is known; when not, every byte count is a lower bound (the tensors of
+        unknown size are not in them)."""
+        return not self.unknown and not self.unknown_io
 
     @property
     def ratio_to_bound(self) -> float:
@@ -77,7 +86,8 @@ class MemoryPlan:
             "lower_bound_bytes": self.lower_bound_bytes, "arena_over_lower_bound": round(self.ratio_to_bound, 4),
             "peak_step": self.peak_step, "peak_node": self.peak_node, "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes, "weight_bytes": self.weight_bytes, "bindings": self.bindings,
-            "strategy": self.strategy, "tensors_with_unknown_size": self.unknown,
+            "strategy": self.strategy, "complete": self.complete, "tensors_with_unknown_size": self.unknown,
+            "inputs_outputs_with_unknown_size": self.unknown_io,
             "buffers": [{"tensor": b.tensor, "offset": b.offset, "size": b.size, "first_step": b.start,
                          "last_step": b.end, "aliases": b.aliases} for b in self.buffers],
         }
@@ -150,7 +160,9 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
         peak_node=nodes[peak_step].name if nodes and 0 <= peak_step < len(nodes) else "",
         buffers=buffers, input_bytes=sum(size_of(n) or 0 for n in graph_inputs),
         output_bytes=sum(size_of(n) or 0 for n in graph_outputs), weight_bytes=weight_bytes,
-        bindings=dict(bindings), unknown=unknown, strategy=strategy)
+        bindings=dict(bindings), unknown=unknown, strategy=strategy,
+        unknown_io=[n for n in (*(i.name for i in graph.input), *(o.name for o in graph.output))
+                    if (n in graph_inputs or n in graph_outputs) and size_of(n) is None])
 
 
 def _reusable(node: onnx.NodeProto, index: int, step: int, size: int, owner: Mapping[str, Buffer],
