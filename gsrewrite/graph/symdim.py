@@ -215,6 +215,10 @@ class Expr:
         return mod(other, self)
 
 
+#: the operand types the arithmetic memo holds (see :func:`_memoizable`)
+_EXACT: frozenset[type] = frozenset({int, Expr})
+
+
 def sym(name: str) -> Expr:
     """The dim named ``name``."""
     return Expr.atom(Sym(name))
@@ -243,7 +247,13 @@ _MEMO_SIZE = 1 << 14
 def add(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
-    return _add(a, b)
+    return _add(a, b) if _memoizable(a, b) else _add.__wrapped__(a, b)
+
+
+def _memoizable(a: object, b: object) -> bool:
+    """Operands the memo may hold: ints and expressions exactly (a float, a bool or a numpy int equals an int
+    and would share its entry, but need not give the same result)."""
+    return type(a) in _EXACT and type(b) in _EXACT
 
 
 @functools.lru_cache(maxsize=_MEMO_SIZE)
@@ -283,7 +293,7 @@ def _mul_monomials(x: Monomial, y: Monomial) -> Monomial:
 def mul(a: DimValue, b: DimValue) -> DimValue:
     if isinstance(a, int) and isinstance(b, int):
         return a * b
-    return _mul(a, b)
+    return _mul(a, b) if _memoizable(a, b) else _mul.__wrapped__(a, b)
 
 
 @functools.lru_cache(maxsize=_MEMO_SIZE)
