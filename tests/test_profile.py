@@ -256,6 +256,35 @@ def test_placement_is_valid_and_never_below_the_lower_bound() -> None:
                     assert offsets[i] + _aligned(a.size) <= offsets[j] or offsets[j] + _aligned(b.size) <= offsets[i]
 
 
+def test_the_allocator_placement_is_valid_and_used_past_the_work_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allocator's placement in time order (what the planner keeps when the buffers overlap in too many pairs
+    for the fixed orders) never gives two buffers live at once the same bytes, and stays above the bound."""
+    import random
+
+    from gsrewrite.profiling import memory
+    from gsrewrite.profiling.memory import Buffer, _aligned, _lower_bound, _overlapping_pairs, _place_in_time_order
+
+    rng = random.Random(11)
+    for _ in range(30):
+        buffers = []
+        for i in range(60):
+            start = rng.randrange(40)
+            buffers.append(Buffer(f"t{i}", rng.choice([64, 100, 4096, 20000, 65536]), start,
+                                  start + rng.randrange(0, 15)))
+        pairs = sum(1 for i, a in enumerate(buffers) for b in buffers[i + 1:] if a.overlaps(b))
+        assert _overlapping_pairs(buffers) == pairs
+        offsets = _place_in_time_order(buffers)
+        lower, _ = _lower_bound(buffers, 60)
+        assert max(o + _aligned(b.size) for o, b in zip(offsets, buffers, strict=True)) >= lower
+        for i, a in enumerate(buffers):
+            for j, b in enumerate(buffers):
+                if i < j and a.overlaps(b):
+                    assert offsets[i] + _aligned(a.size) <= offsets[j] or offsets[j] + _aligned(b.size) <= offsets[i]
+        monkeypatch.setattr(memory, "PLACEMENT_WORK", 2 * pairs + len(buffers))  # one pair too many
+        _, strategy, chosen = memory._best_placement(buffers, lower)
+        assert strategy == "in time order, best fit" and chosen == offsets
+
+
 def test_plot_png_needs_matplotlib_and_says_so(bert_like: Path, tmp_path: Path) -> None:
     import importlib.util
 
