@@ -368,12 +368,9 @@ def test_the_installed_cli_profiles_without_reading_weights_and_shows_its_stages
     assert done.returncode == 2 and "m.data" in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
-def test_sparsity_scan_restores_the_switch_interval_and_survives_a_short_file(tmp_path: Path) -> None:
-    """The scan shortens CPython's GIL switch interval while it runs and puts the caller's back; a weight whose
-    bytes lie past the end of its file (a file shortened after the model was checked) gets no sparsity, not a
-    crash (the file is mapped, and a range past the mapping is never read)."""
-    import sys
-
+def test_sparsity_scan_survives_a_short_file(tmp_path: Path) -> None:
+    """A weight whose bytes lie past the end of its file (a file shortened after the model was checked) gets no
+    sparsity, not a crash (the file is mapped, and a range past the mapping is never read)."""
     from gsrewrite.profiling import costs
 
     weight = np.ones((64, 64), np.float32)
@@ -383,28 +380,16 @@ def test_sparsity_scan_restores_the_switch_interval_and_survives_a_short_file(tm
     tensor.data_location = onnx.TensorProto.EXTERNAL
     tensor.ClearField("raw_data")
     (tmp_path / "w.data").write_bytes(weight.tobytes())
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(0.002)
-    try:
-        with costs._quick_gil_handoff():
-            assert sys.getswitchinterval() == pytest.approx(costs._SWITCH_INTERVAL)
-            with costs._quick_gil_handoff():  # nested (two profiles at once): the outer one restores
-                pass
-            assert sys.getswitchinterval() == pytest.approx(costs._SWITCH_INTERVAL)
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-        files = costs._MappedFiles()
-        found = costs._weight_stats(tensor, str(tmp_path), files)
-        files.close()
-        assert found is not None and found.zeros == 64
-        (tmp_path / "w.data").write_bytes(weight.tobytes()[:-4])
-        files = costs._MappedFiles()
-        assert costs._weight_stats(tensor, str(tmp_path), files) is None
-        files.close()
-        model = helper.make_model(helper.make_graph(
-            [helper.make_node("MatMul", ["a", "w"], ["y"])], "g", [_x("a", [2, 64])],
-            [helper.make_tensor_value_info("y", F, None)], [tensor]), opset_imports=[helper.make_opsetid("", 17)])
-        profile = profile_model(model, base_dir=str(tmp_path))
-        assert profile.macs == 2 * 64 * 64 and profile.weights.sparsity is None
-        assert sys.getswitchinterval() == pytest.approx(0.002)
-    finally:
-        sys.setswitchinterval(before)
+    files = costs._MappedFiles()
+    found = costs._weight_stats(tensor, str(tmp_path), files)
+    files.close()
+    assert found is not None and found.zeros == 64
+    (tmp_path / "w.data").write_bytes(weight.tobytes()[:-4])
+    files = costs._MappedFiles()
+    assert costs._weight_stats(tensor, str(tmp_path), files) is None
+    files.close()
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"])], "g", [_x("a", [2, 64])],
+        [helper.make_tensor_value_info("y", F, None)], [tensor]), opset_imports=[helper.make_opsetid("", 17)])
+    profile = profile_model(model, base_dir=str(tmp_path))
+    assert profile.macs == 2 * 64 * 64 and profile.weights.sparsity is None

@@ -462,7 +462,6 @@ class _SparsityJobs:
         self._base_dir = base_dir
         self._enabled = enabled
         self._files = _MappedFiles()
-        self._handoff = contextlib.ExitStack()
         self._done: dict[str, WeightStats | None] = {}
         self._batches: dict[str, Future[dict[str, WeightStats | None]]] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -488,7 +487,6 @@ class _SparsityJobs:
                 batches.append([])
             batches[-1].append((name, tensor))
             done += sizes[name]
-        self._handoff.enter_context(_quick_gil_handoff())
         self._pool = ThreadPoolExecutor(max_workers=len(batches), thread_name_prefix="gsrewrite-sparsity")
         for batch in batches:
             job = self._pool.submit(self._scan, batch)
@@ -509,7 +507,6 @@ class _SparsityJobs:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        self._handoff.close()
         self._files.close()
 
 
@@ -692,13 +689,8 @@ def _weight_stats(tensor: onnx.TensorProto, base_dir: str | None, files: _Mapped
 
 
 #: the scan counts a weight this many items at a time: each chunk is one GIL-free numpy call over the mapped
-#: file (a chunk of 512 KB meant ~1,000 returns to the GIL for a 170 MB model, each a wait while the walk held it,
-#: so the scan ran after the walk rather than beside it), and the boolean buffer it fills stays in cache
+#: file, few returns to the GIL), and the boolean buffer it fills stays in cache
 _CHUNK_ELEMENTS = 1 << 21
-
-#: while weights are scanned, a thread waiting for the GIL asks for it after this many seconds instead of
-#: CPython's 5 ms (the walk holds the GIL; the scan needs it for a moment between chunks)
-_SWITCH_INTERVAL = 1e-4
 
 
 def _countable(dtype: np.dtype[Any]) -> bool:
@@ -754,29 +746,6 @@ def _zeros_buffer() -> np.ndarray:
 def _chunks(values: np.ndarray) -> Iterator[np.ndarray]:
     step = _CHUNK_ELEMENTS
     return (values[i:i + step] for i in range(0, values.size, step))
-
-
-_HANDOFF_LOCK = threading.Lock()
-_HANDOFF_USERS = 0
-_HANDOFF_SAVED = 0.0
-
-
-@contextlib.contextmanager
-def _quick_gil_handoff() -> Iterator[None]:
-    """A short GIL switch interval while scans run (restored when the last concurrent profile ends)."""
-    global _HANDOFF_USERS, _HANDOFF_SAVED
-    with _HANDOFF_LOCK:
-        if _HANDOFF_USERS == 0:
-            _HANDOFF_SAVED = sys.getswitchinterval()
-            sys.setswitchinterval(min(_SWITCH_INTERVAL, _HANDOFF_SAVED))
-        _HANDOFF_USERS += 1
-    try:
-        yield
-    finally:
-        with _HANDOFF_LOCK:
-            _HANDOFF_USERS -= 1
-            if _HANDOFF_USERS == 0:
-                sys.setswitchinterval(_HANDOFF_SAVED)
 
 
 def _zero_stats(chunks: Iterable[np.ndarray], elements: int, last: int) -> WeightStats:
