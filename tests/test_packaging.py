@@ -1,4 +1,4 @@
-"""The wheel must hold every package, the built-in plugins and the pattern files."""
+"""The wheel must hold every package, the built-in plugins and the pattern families (files and Python)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,16 @@ def test_every_package_directory_is_listed_in_pyproject():
 
 
 def test_installed_pattern_files_match_the_repository():
-    installed = {p.name for p in resources.files("gsrewrite_patterns").iterdir() if p.name.endswith(".toml")}
-    in_repo = {p.name for p in (ROOT / "patterns").glob("*.toml")}
+    root = Path(str(resources.files("gsrewrite_patterns")))
+    installed = {p.relative_to(root).as_posix() for p in root.rglob("*.toml")}
+    in_repo = {p.relative_to(ROOT / "patterns").as_posix() for p in (ROOT / "patterns").rglob("*.toml")}
     assert in_repo and installed == in_repo
+
+
+def test_every_folder_of_pattern_python_is_a_package():
+    """Python in a pattern folder without ``__init__.py`` would neither ship nor be registered."""
+    for source in (ROOT / "patterns").rglob("*.py"):
+        assert (source.parent / "__init__.py").is_file(), f"{source.parent} holds Python but no __init__.py"
 
 
 def test_builtin_plugins_are_importable_from_the_install():

@@ -132,7 +132,7 @@ def test_the_shipped_pattern_files_pass_the_check():
     import subprocess
     import sys
 
-    files = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "patterns").glob("*.toml"))
+    files = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "patterns").rglob("*.toml"))
     done = subprocess.run([str(Path(sys.executable).parent / "gsrewrite"), "patterns", "check", *files],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr

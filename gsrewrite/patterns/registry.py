@@ -3,12 +3,20 @@
 Plugins fill it through the ``gsrewrite_register_patterns`` hook (the built-in patterns too). Names are
 unique across everything registered: a second pattern, check or computation under a taken name raises
 :class:`DuplicateNameError` naming both providers.
+
+Pattern files given by path (:meth:`PatternRegistry.add_file`, :meth:`~PatternRegistry.add_directory`: what
+``--pattern-file`` uses) are data and never run code. :meth:`~PatternRegistry.add_package` is for a plugin's
+own installed package of pattern families (one folder per family: its pattern file and the Python only it
+uses): it imports the package's modules and registers the ``CHECKS`` and ``COMPUTATIONS`` each one declares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from gsrewrite.errors import DuplicateNameError, PatternError, UnknownPatternError, did_you_mean
@@ -50,6 +58,21 @@ class PatternRegistry(ProviderScope):
         for file in sorted(root.rglob("*.toml")):
             found.extend(self.add_file(file, provider))
         return found
+
+    def add_package(self, package: str, provider: str = "") -> list[Pattern]:
+        """Register an installed package of pattern families: the named functions of its modules
+        (:meth:`add_functions`), then every pattern file below it (:meth:`add_directory`)."""
+        self.add_functions(package, provider)
+        return self.add_directory(Path(_module(package).__path__[0]), provider)
+
+    def add_functions(self, package: str, provider: str = "") -> None:
+        """Import ``package`` and every module below it (sorted) and register the checks and computations
+        each declares in its ``CHECKS`` / ``COMPUTATIONS`` mappings (name -> function)."""
+        for module in _walk(_module(package)):
+            for name, check in getattr(module, "CHECKS", {}).items():
+                self.add_check(name, check, provider)
+            for name, compute in getattr(module, "COMPUTATIONS", {}).items():
+                self.add_compute(name, compute, provider)
 
     def add_check(self, name: str, function: PatternFunction, provider: str = "") -> None:
         """A named check: ``function(match) -> str | None`` (a reason when the match must be rejected)."""
@@ -121,6 +144,20 @@ class PatternRegistry(ProviderScope):
                         f"function {function!r}"
                     )
                 _check_reads(pattern, f"computation {function!r}", self.computes[function])
+
+
+def _module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise PatternError(f"pattern package {name!r} cannot be imported: {exc}") from exc
+
+
+def _walk(package: ModuleType) -> Iterator[ModuleType]:
+    """``package`` and every module below it, depth first, each folder's entries sorted by name."""
+    yield package
+    for info in sorted(pkgutil.iter_modules(getattr(package, "__path__", [])), key=lambda m: m.name):
+        yield from _walk(_module(f"{package.__name__}.{info.name}"))
 
 
 def _check_reads(pattern: Pattern, what: str, function: PatternFunction) -> None:

@@ -1,7 +1,8 @@
 """Built-in simplify passes, registered through ``gsrewrite_register_passes`` like any plugin's.
 
-The Python passes live in ``gsrewrite/simplifier/passes/`` (one module each); ``fuse-conv-bn`` is the
-``conv-bn`` pattern file run by the pattern engine, with the named checks and computations of this plugin.
+The Python passes live in ``gsrewrite/simplifier/passes/`` (one module each); ``fuse-conv-bn`` and
+``fuse-matmul-add`` are pattern families of ``patterns/`` run by the pattern engine, with the named checks and
+computations of the built-in pattern package.
 """
 
 from __future__ import annotations
@@ -10,23 +11,26 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from gsrewrite.plugin_api import hookimpl
+from gsrewrite_builtins.patterns import PACKAGE
 
 if TYPE_CHECKING:
     from gsrewrite.plugin_api import PassRegistry
 
-#: Pattern passes: (name, description, pattern file in ``patterns/``); they run before dead-code elimination.
+#: Pattern passes: (name, description, pattern file in ``patterns/``, the built-in pass it runs before).
 PATTERN_PASSES = [
     ("fuse-conv-bn", "Fold an inference BatchNormalization into the preceding Conv's weight and bias.",
-     "conv-bn.toml"),
+     "conv_bn/conv-bn.toml", "eliminate-dead-code"),
     ("fuse-matmul-add", "MatMul of a 2-D input by a constant 2-D weight, plus a constant bias: one Gemm.",
-     "matmul-add.toml"),
+     "matmul_add/matmul-add.toml", "eliminate-dead-code"),
 ]
 
 
 def _pattern_functions() -> tuple[dict[str, Any], dict[str, Any]]:
-    from gsrewrite_builtins import pattern_checks, pattern_computations
+    from gsrewrite.plugin_api import PatternRegistry
 
-    return pattern_checks.CHECKS, pattern_computations.COMPUTATIONS
+    registry = PatternRegistry()
+    registry.add_functions(PACKAGE)
+    return registry.checks, registry.computes
 
 
 @hookimpl
@@ -35,8 +39,8 @@ def gsrewrite_register_passes(registry: PassRegistry) -> None:
     from gsrewrite.plugin_api import PatternPass, builtin_passes
 
     passes = builtin_passes()
-    before = next(i for i, p in enumerate(passes) if p.name == "eliminate-dead-code")
-    patterns = [PatternPass(name, description, resources.files("gsrewrite_patterns") / file, _pattern_functions)
-                for name, description, file in PATTERN_PASSES]
-    for pass_ in passes[:before] + patterns + passes[before:]:
+    for name, description, file, before in PATTERN_PASSES:
+        at = next(i for i, p in enumerate(passes) if p.name == before)
+        passes.insert(at, PatternPass(name, description, resources.files(PACKAGE) / file, _pattern_functions))
+    for pass_ in passes:
         registry.add(pass_)

@@ -1,8 +1,11 @@
-"""Built-in patterns: the files under ``patterns/`` and the named checks/computations they use."""
+"""Built-in patterns: the families of ``patterns/`` (package ``gsrewrite_patterns``), one folder each.
+
+Each family folder holds its pattern file and the named checks and computations only it uses; what several
+families use lives in ``patterns/_shared``. Nothing here lists them: the registry walks the package.
+"""
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from gsrewrite.plugin_api import hookimpl
@@ -10,26 +13,10 @@ from gsrewrite.plugin_api import hookimpl
 if TYPE_CHECKING:
     from gsrewrite.plugin_api import PatternRegistry
 
+#: The package of the built-in pattern families.
+PACKAGE = "gsrewrite_patterns"
+
 
 @hookimpl
 def gsrewrite_register_patterns(registry: PatternRegistry) -> None:
-    # imported here: loading the plugin (every CLI start) must not import the engine
-    from gsrewrite_builtins import (
-        attention,
-        attention_mask,
-        embeddings,
-        grouped_attention,
-        linear,
-        nan_guard,
-        pattern_checks,
-        pattern_computations,
-        rotary,
-    )
-
-    for module in (pattern_checks, pattern_computations, attention, attention_mask, embeddings,
-                   grouped_attention, linear, nan_guard, rotary):
-        for name, check in getattr(module, "CHECKS", {}).items():
-            registry.add_check(name, check)
-        for name, compute in getattr(module, "COMPUTATIONS", {}).items():
-            registry.add_compute(name, compute)
-    registry.add_directory(resources.files("gsrewrite_patterns"))
+    registry.add_package(PACKAGE)

@@ -242,8 +242,8 @@ def test_a_window_inside_the_buffer_is_found_past_the_sampled_length() -> None:
 
 def test_structural_constants_and_the_lengths_they_need() -> None:
     import onnx_graphsurgeon as gs
-    from gsrewrite_builtins.producers import NotProven, computation
-    from gsrewrite_builtins.sizes import proof_lengths, structural_constants, threshold_bound
+    from gsrewrite_patterns._shared.producers import NotProven, computation
+    from gsrewrite_patterns._shared.sizes import proof_lengths, structural_constants, threshold_bound
 
     graph = gs.import_onnx(_model(LEGACY))
     bias = graph.tensors()["bias"]

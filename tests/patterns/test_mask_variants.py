@@ -15,7 +15,7 @@ import onnx
 import onnx_graphsurgeon as gs
 import onnxruntime as ort
 import pytest
-from gsrewrite_builtins import attention_mask
+from gsrewrite_patterns.mha import attention_mask
 from test_attention_mask import ATTENTION, CAUSAL, HEADS, LEGACY, D
 
 from gsrewrite.pipelines import RewriteResult, apply

@@ -21,7 +21,7 @@ from gsrewrite.testing import assert_no_rewrite, assert_rewrite, model_from_text
 B, S, H, DH = 2, 4, 2, 4
 D = H * DH
 LOWEST = float(np.finfo(np.float32).min)
-PATTERNS = Path(__file__).parents[2] / "patterns" / "mha.toml"
+PATTERNS = Path(__file__).parents[2] / "patterns" / "mha" / "mha.toml"
 #: the additive mask [B, 1, 1, S] from an int64 padding mask [B, S], as the exporters spell it
 FROM_PADDING = "keep = Cast <to = 9> (attention_mask)\n u = Unsqueeze (keep, axes12)\n mask = Where (u, zero, filt)"
 

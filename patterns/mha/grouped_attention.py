@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gsrewrite.plugin_api import CheckFailed, Match, reads
-from gsrewrite_builtins.attention import query_heads
+
+from .attention import query_heads
 
 Dim = int | str | None
 

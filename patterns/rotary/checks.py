@@ -8,8 +8,8 @@ Exports with a dynamic sequence compute the tables at run time (``cos(cat(freqs,
 ``rotary-dynamic`` keeps that computation and hands RotaryEmbedding the first half of each table row by
 row: row i of the table is what the model applies at position i, which is what the op reads for position
 0 + i. :func:`rotate_half_dynamic` proves the halves equal by running the table's computation
-(:mod:`gsrewrite_builtins.producers`) at every length :mod:`gsrewrite_builtins.sizes` chooses (a table that
-differs only past some position is seen there).
+(:mod:`gsrewrite_patterns._shared.producers`) at every length :mod:`gsrewrite_patterns._shared.sizes`
+chooses (a table that differs only past some position is seen there).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.plugin_api import CheckFailed, Match, constant_values, reads
-from gsrewrite_builtins.producers import NotProven
-from gsrewrite_builtins.sizes import values_by_length
+
+from .._shared.producers import NotProven
+from .._shared.sizes import values_by_length
 
 
 @reads("a1", "a2", "cos", "e1", "e2", "s1", "s2", "sin", "st1", "st2", "x")

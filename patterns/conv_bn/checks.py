@@ -1,8 +1,4 @@
-"""Named computations used by the built-in pattern files: ``compute(match) -> value``.
-
-A computation derives a value the replacement needs (an attribute, or a new constant such as folded
-weights); it may reject the match by raising :class:`gsrewrite.engine.CheckFailed`.
-"""
+"""conv-bn: an inference BatchNormalization folded into the preceding Conv's weight and bias."""
 
 from __future__ import annotations
 
@@ -14,30 +10,13 @@ import numpy as np
 from gsrewrite.plugin_api import CheckFailed, Match, reads
 
 
-@reads("axes", "x")
-def first_axis(match: Match) -> int:
-    """The first normalized axis (negative) of the captured ``axes``: LayerNormalization's ``axis``."""
-    axes = [int(a) for a in np.asarray(match.value("axes")).reshape(-1)]
-    shape = match.shape("x")
-    rank = len(shape) if shape is not None else 0
-    return min(a - rank if a >= 0 else a for a in axes)
-
-
-@reads("axes", "scale", "x")
-def norm_weight(match: Match) -> np.ndarray:
-    """The norm's scale: the matched constant, or ones over the normalized (static) axes when the scale was a
-    no-op that simplify removed (a model whose norm weights are all ones)."""
-    scale = match.constant("scale")
-    if scale is not None:
-        return scale
-    shape = match.shape("x")
-    rank = len(shape) if shape is not None else 0
-    axes = [int(a) for a in np.asarray(match.value("axes")).reshape(-1)]
-    trailing = shape[min(a if a >= 0 else a + rank for a in axes):] if shape is not None and axes else None
-    if trailing is None or not all(isinstance(d, int) for d in trailing):
-        raise CheckFailed(f"no scale, and the normalized shape {trailing} is not static: cannot make a unit scale")
-    dtype = match.dtype("x")
-    return np.ones(trailing, dtype=dtype if dtype is not None and dtype.kind == "f" else np.float32)
+@reads("bn")
+def inference_batchnorm(match: Match) -> str | None:
+    """The BatchNormalization runs in inference mode and its statistics are constants."""
+    node = match.node("bn")
+    if node is not None and int(node.attrs.get("training_mode", 0)) != 0:
+        return "BatchNormalization runs in training mode"
+    return None
 
 
 def _bn_scale(match: Match) -> tuple[np.ndarray, np.ndarray]:
@@ -74,19 +53,10 @@ def bn_fold_bias(match: Match) -> np.ndarray:
     return ((base - mean.astype(np.float64)) * factor + beta.astype(np.float64)).astype(weight.dtype)
 
 
-@reads("bias", "w")
-def channel_bias_vector(match: Match) -> np.ndarray:
-    """The per-channel Add constant as Conv's 1-D bias, in the weight's dtype."""
-    bias, weight = match.constant("bias"), match.constant("w")
-    if bias is None or weight is None:
-        raise CheckFailed("the weight and the bias must be constants")
-    return bias.reshape(-1).astype(weight.dtype)
-
-
+CHECKS: dict[str, Callable[[Match], str | None]] = {
+    "inference_batchnorm": inference_batchnorm,
+}
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
-    "first_axis": first_axis,
-    "norm_weight": norm_weight,
     "bn_fold_weight": bn_fold_weight,
     "bn_fold_bias": bn_fold_bias,
-    "channel_bias_vector": channel_bias_vector,
 }

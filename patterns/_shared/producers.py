@@ -5,7 +5,7 @@ ways. Checks that must know *what* such a tensor holds do not match its spelling
 computing it (:func:`computation`), which may read constants, the values of a few graph inputs and the *shapes*
 of other tensors, build a model of just those nodes (:func:`submodel`) and run it on test inputs
 (:func:`evaluator`, one session for many inputs; :func:`run`). Which lengths a proof must run at to hold for
-all of them is :mod:`gsrewrite_builtins.sizes`.
+all of them is :mod:`gsrewrite_patterns._shared.sizes`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The sequence lengths a shape-dependent proof runs at, chosen so that no constant threshold can hide.
 
 A check that proves what a side computation holds (a mask's score bias, position ids, rotary tables) by
-running it (:mod:`gsrewrite_builtins.producers`) proves it only at the lengths it runs. One sampled length is
+running it (:mod:`gsrewrite_patterns._shared.producers`) proves it only at the lengths it runs. One sampled length is
 not enough: a sliding-window mask ``j - i < 20`` *is* the plain causal mask at length 7. Such a computation
 can only change its behaviour with the length where a length-derived value (a Range, a Shape, a count of mask
 ones) crosses a threshold, and every threshold is made of the computation's constants. So:
@@ -53,7 +53,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.plugin_api import constant_values
-from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
+
+from .producers import NotProven, computation, evaluator, stand_in, submodel
 
 logger = logging.getLogger(__name__)
 

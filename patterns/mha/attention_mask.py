@@ -17,7 +17,7 @@ onnxruntime gives the future keys (see :data:`CAUSAL_FILTER`).
 
 **Every length, not one.** A sliding window (``i - j < 20``), a band (``|i - j| < 20``) or a prefix-LM mask
 equals the causal or the padding rule at a short length and differs beyond it. The proof therefore runs at
-every length :mod:`gsrewrite_builtins.sizes` chooses from the computation's own constants (7, 33, 130, past
+every length :mod:`gsrewrite_patterns._shared.sizes` chooses from the computation's own constants (7, 33, 130, past
 every threshold those constants can make, and the length of every constant table it slices), with batch 2
 (1 for long lengths), and refuses when those lengths get too large. Lengths at which the computation fails or
 its result has another length are left out (a sliced causal buffer ends there: the model cannot run either);
@@ -37,8 +37,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.plugin_api import CheckFailed, Match, reads
-from gsrewrite_builtins.producers import NotProven, computation, evaluator, stand_in, submodel
-from gsrewrite_builtins.sizes import (
+
+from .._shared.producers import NotProven, computation, evaluator, stand_in, submodel
+from .._shared.sizes import (
     foreign_dims,
     proof_lengths,
     runs_at,
@@ -183,7 +184,7 @@ def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
 
 def _test_dims(mask: gs.Variable, nodes: list[gs.Node], bias: gs.Tensor) -> list[tuple[int, int]]:
     """Concrete (batch, sequence) pairs to prove the bias at: static dims as declared; a symbolic sequence at
-    every length of :func:`~gsrewrite_builtins.sizes.proof_lengths` (its constants cannot hide a threshold);
+    every length of :func:`~gsrewrite_patterns._shared.sizes.proof_lengths` (its constants cannot hide a threshold);
     a symbolic batch at 2 (1 for long sequences)."""
     batch, sequence = mask.shape
     fixed_batch = batch if isinstance(batch, int) and batch > 0 else None

@@ -4,9 +4,10 @@ onnxruntime's EmbedLayerNormalization takes int32 [batch, sequence] ids, 2-D tab
 gamma/beta. Its ``position_ids`` input is optional: without it every row gets positions 0..sequence-1, which
 is what BERT-family exporters compute (a Slice of a registered ``position_ids`` buffer up to the sequence
 length, a Range, or a folded constant). :func:`positions_are_arange` proves that by running the position
-computation (:mod:`gsrewrite_builtins.producers`) at every length :mod:`gsrewrite_builtins.sizes` chooses
-(7, 33, 130, past every threshold its constants can make, and the whole of a sliced position buffer); when it
-cannot, the fallback pattern passes the model's position ids through.
+computation (:mod:`gsrewrite_patterns._shared.producers`) at every length
+:mod:`gsrewrite_patterns._shared.sizes` chooses (7, 33, 130, past every threshold its constants can make, and
+the whole of a sliced position buffer); when it cannot, the fallback pattern passes the model's position ids
+through.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 
 from gsrewrite.plugin_api import Match, constant_values, reads
-from gsrewrite_builtins.producers import NotProven
-from gsrewrite_builtins.sizes import values_by_length
+
+from .._shared.producers import NotProven
+from .._shared.sizes import values_by_length
 
 
 @reads("beta", "gamma", "ids", "pos", "word", optional=("pids", "seg", "segw",))

@@ -1,0 +1,1 @@
+"""The ``conv-bn`` family (also the ``fuse-conv-bn`` simplify pass): BatchNormalization folded into a Conv."""

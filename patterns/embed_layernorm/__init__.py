@@ -1,0 +1,1 @@
+"""The ``embed-layernorm`` family: embedding lookups + LayerNorm as EmbedLayerNormalization."""

@@ -1,0 +1,1 @@
+"""The ``rotary`` family: x * cos + rotate_half(x) * sin as RotaryEmbedding."""

@@ -1,0 +1,1 @@
+"""The ``skip-layernorm`` family: the residual Add before a LayerNormalization, per device."""
