@@ -2,8 +2,10 @@
 the simplifier and the engine, which do not import each other).
 
 ``fuse-conv-bn`` folds an inference BatchNormalization into the preceding Conv's weight and bias (what
-onnxoptimizer's ``fuse_bn_into_conv`` does): it is the ``conv-bn`` pattern of ``patterns/conv-bn.toml``,
-matched and replaced by the same engine as ``gsrewrite apply``. The pattern file is read on first use.
+onnxoptimizer's ``fuse_bn_into_conv`` does): it is the ``conv-bn`` pattern family of
+``patterns/conv_bn/conv-bn.toml``, matched and replaced by the same engine as ``gsrewrite apply``;
+``fold-conv-affine`` and ``fuse-matmul-add`` likewise. The pattern file is read on first use, the named
+functions only once a graph has the ops of some template.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ class PatternPass(SimplifyPass):
         self._rewrite: Any = None
 
     def run(self, graph: gs.Graph) -> PassReport:
-        rewrite = self._engine()
         present = {(n.domain or "", n.op) for n in graph.nodes}
-        if not any(set(p.required_ops) <= present for p in rewrite.patterns):
+        if not any(set(p.required_ops) <= present for p in _patterns(str(self.pattern_file))):
             return PassReport(graph, False, 0)  # some op of every template is missing: nothing can match
-        result = rewrite.run(graph)
+        result = self._engine().run(graph)
         changes = sum(result.counts.values())
         return PassReport(result.graph, changes > 0, changes)
 

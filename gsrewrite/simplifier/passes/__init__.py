@@ -8,7 +8,6 @@ tensor for CSE to see equal nodes), shape folding once duplicated shape chains a
 from __future__ import annotations
 
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.passes.conv_affine import FoldConvAffine
 from gsrewrite.simplifier.passes.cse import EliminateCommonSubexpressions
 from gsrewrite.simplifier.passes.dead_code import EliminateDeadCode
 from gsrewrite.simplifier.passes.dedup_constants import DeduplicateConstants
@@ -44,7 +43,6 @@ def builtin_passes() -> list[SimplifyPass]:
         MergeSqueezes(),
         MergeCasts(),
         FoldPad(),
-        FoldConvAffine(),
         MergeConstantArith(),
         EliminateDeadCode(),
         Downcast(),

@@ -1,10 +1,10 @@
-"""bias-gelu (after gelu fused) and conv-add: folding a bias into the op that precedes it."""
+"""bias-gelu (after gelu fused): folding a bias into the op that precedes it (conv-add: test_conv_affine.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gsrewrite.testing import assert_no_rewrite, assert_rewrite, model_from_text
+from gsrewrite.testing import assert_rewrite, model_from_text
 
 RNG = np.random.default_rng(4)
 
@@ -34,26 +34,3 @@ def test_gelu_then_bias_gelu():
 def test_bias_over_more_than_the_last_axis_stays():
     result = assert_rewrite(linear_gelu(bias_shape=(4, 16)), ["gelu", "bias-gelu"], {"gelu-erf": 1})
     assert "bias-gelu" not in result.counts
-
-
-def conv_add(bias_shape):
-    text = """
-    g (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y) {
-        c = Conv <kernel_shape = [3, 3]> (x, w)
-        y = Add (c, bias)
-    }"""
-    inits = {"w": RNG.normal(size=(4, 3, 3, 3)).astype(np.float32),
-             "bias": RNG.normal(size=bias_shape).astype(np.float32)}
-    return model_from_text(text, initializers=inits)
-
-
-def test_conv_add_per_channel_bias():
-    for shape in [(4, 1, 1), (1, 4, 1, 1)]:
-        result = assert_rewrite(conv_add(shape), ["conv-add"], {"conv-add": 1}, produces={"Conv": 1},
-                                absent=["Add"])
-        assert len(result.model.graph.node[0].input) == 3
-
-
-def test_conv_add_with_spatial_bias_is_not_folded():
-    result = assert_no_rewrite(conv_add((4, 6, 6)), ["conv-add"])
-    assert "per output channel" in result.near_misses["conv-add"].reason

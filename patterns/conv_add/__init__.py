@@ -1,1 +1,0 @@
-"""The ``conv-add`` family: a per-channel constant Add after a Conv, folded into the Conv's bias."""
