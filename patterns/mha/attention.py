@@ -3,7 +3,7 @@
 num_heads is never asked from the user: it comes from the head reshape of Q ([B, S, H, dh]), whose target
 shape is a constant or a Concat of computed dims and constants (``-1`` resolved with the hidden size), or from
 shapes that inference already knows. The scale comes from the constant the matched form multiplies or
-divides by (labels in patterns/mha.toml tell which form matched).
+divides by (labels in mha.toml tell which form matched).
 """
 
 from __future__ import annotations

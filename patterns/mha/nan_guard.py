@@ -35,7 +35,7 @@ INDEX_INPUTS = {"Where": {0}, "Gather": {1}, "GatherND": {1}, "GatherElements": 
 #: Ops whose outputs are integers or booleans (finite by type) or sizes.
 DISCRETE = frozenset({"Shape", "Size", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or",
                       "Xor", "Not", "IsNaN", "IsInf", "ArgMax", "ArgMin", "NonZero"})
-#: Guard nodes of the NanGuard fragment (patterns/mha.toml): present when the guard form matched.
+#: Guard nodes of the NanGuard fragment (mha.toml): present when the guard form matched.
 GUARD_LABEL = "nan_guard/isnan"
 #: Most nodes the proof follows back from the mask.
 MAX_NODES = 200
