@@ -149,8 +149,9 @@ def test_pattern_file_patterns_are_selectable_by_name(tmp_path: Path) -> None:
     assert json.loads(both.stdout)["counts"] == {"neg-neg": 1, "relu-relu": 1}
 
 
-def _rate_model(path: Path) -> Path:
-    """If (sr == 16000) then x * 2 else Reshape(x, [sr, 5]): only a real sample rate runs."""
+def _rate_model(path: Path, computed_rate: bool = False) -> Path:
+    """If (sr == 16000) then x * 2 else Reshape(x, [sr, 5]): only a real sample rate runs. ``computed_rate``: the
+    16000 is computed at run time (Shape(x)[1] * 1000), so the graph names no value to try."""
     x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 16])
     sr = helper.make_tensor_value_info("sr", onnx.TensorProto.INT64, [])
     y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
@@ -162,7 +163,12 @@ def _rate_model(path: Path) -> Path:
                                [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, None)])
     nodes = [helper.make_node("Identity", ["sr"], ["sr2"]), helper.make_node("Equal", ["sr2", "ref"], ["cond"]),
              helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
-    inits = [helper.make_tensor("ref", onnx.TensorProto.INT64, [], [16000]),
+    if computed_rate:
+        nodes[1:1] = [helper.make_node("Shape", ["x"], ["xs"], start=1, end=2),
+                      helper.make_node("Squeeze", ["xs"], ["n"]),
+                      helper.make_node("Mul", ["n", "thousand"], ["ref"])]
+    inits = [helper.make_tensor("ref" if not computed_rate else "thousand", onnx.TensorProto.INT64, [],
+                                [16000 if not computed_rate else 1000]),
              helper.make_tensor("two", onnx.TensorProto.FLOAT, [], [2.0]),
              helper.make_tensor("zero", onnx.TensorProto.INT64, [1], [0]),
              helper.make_tensor("five", onnx.TensorProto.INT64, [1], [5])]
@@ -171,10 +177,18 @@ def _rate_model(path: Path) -> Path:
     return path
 
 
+def test_an_input_compared_with_a_constant_takes_that_value(tmp_path: Path) -> None:
+    """silero's VAD: the sample rate the graph compares ``sr`` with is what validation feeds it (no --inputs)."""
+    _rate_model(tmp_path / "vad.onnx")
+    done = _run("simplify", "vad.onnx", "v.onnx", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "v.onnx").exists()
+
+
 def test_a_random_value_deciding_control_flow_is_named_with_the_fix(tmp_path: Path) -> None:
     import numpy as np
 
-    _rate_model(tmp_path / "vad.onnx")
+    _rate_model(tmp_path / "vad.onnx", computed_rate=True)
     done = _run("simplify", "vad.onnx", "v.onnx", cwd=tmp_path)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
     assert "'sr'" in done.stderr and "--inputs" in done.stderr
