@@ -42,7 +42,7 @@ def matmul_throughput(runs: int = 30) -> float:
 
 def _time(sess, feed) -> float:
     start = time.perf_counter()
-    sess.run(None, feed)
+    sess.run(feed)
     return time.perf_counter() - start
 
 

@@ -32,6 +32,8 @@ _WHERE: dict[str, str] = {
     "UsageError": "gsrewrite.errors",
     "generated_inputs": "gsrewrite.validation.input_sets",
     "run_once": "gsrewrite.validation.runner",
+    "model_session": "gsrewrite.validation.runner",
+    "load_npz_files": "gsrewrite.validation.npz_files",
     "load_model": "gsrewrite.model_io",
     "save_model": "gsrewrite.model_io",
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),

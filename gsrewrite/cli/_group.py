@@ -107,6 +107,13 @@ class GsrewriteGroup(click.Group):
             terminated = isinstance(exc, Terminated)
             click.echo("terminated" if terminated else "interrupted", err=True)
             ctx.exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
+        except MemoryError as exc:  # the model or the data asked for more memory than there is: not a bug
+            if (ctx.obj or {}).get("debug"):
+                raise
+            detail = f": {one_line(exc)}" if str(exc).strip() else ""
+            click.echo(f"error: out of memory{detail} (the model or its inputs need more memory than this process "
+                       "may use)", err=True)
+            ctx.exit(2)
         except Exception as exc:  # a bug in gsrewrite or a plugin: still one line unless --debug
             if (ctx.obj or {}).get("debug"):
                 raise

@@ -111,12 +111,9 @@ def _output_for(model: str, output: str | None, force: bool) -> str:
 
 
 def _check_distinct(jobs: list[Job]) -> None:
-    seen: dict[str, str] = {}
-    for job in jobs:
-        key = os.path.abspath(job.output)
-        if key in seen:
-            raise UsageError(f"'{seen[key]}' and '{job.model}' would both be written to '{job.output}'")
-        seen[key] = job.model
+    from gsrewrite.model_io.saving import check_distinct_outputs
+
+    check_distinct_outputs([(f"the result of '{job.model}'", job.output) for job in jobs])
 
 
 def run_jobs(jobs: list[Job], workers: int, one: Callable[[Job], None], as_json: bool = False) -> None:

@@ -9,8 +9,10 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
 
 @click.command()
 @click.argument("models", nargs=-1, required=True, metavar="MODEL...")
-@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="Timed runs per model.")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed runs first.")
+@click.option("--runs", type=click.IntRange(min=1), default=None,
+              help="Timed runs per model (default: up to 20, as many as fit a 10 s time budget).")
+@click.option("--warmup", type=click.IntRange(min=0), default=None,
+              help="Untimed runs first (default: up to 2, within a fifth of the time budget).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="onnxruntime intra-op threads.")
 @click.option("--ort-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
@@ -21,8 +23,8 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
 @click.option("--save-optimized", default=None, metavar="OUT.onnx",
               help="Write onnxruntime's own offline-optimized model of the first MODEL (at --ort-level).")
 @json_option
-def bench(models: tuple[str, ...], runs: int, warmup: int, threads: int, ort_level: str, inputs: str | None,
-          shapes: tuple[str, ...], save_optimized: str | None, as_json: bool) -> None:
+def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, threads: int, ort_level: str,
+          inputs: str | None, shapes: tuple[str, ...], save_optimized: str | None, as_json: bool) -> None:
     """Time MODEL(s) in onnxruntime on the same inputs, runs interleaved across the models; min and median,
     and the ratio to the first model."""
     import os
@@ -52,7 +54,10 @@ def bench(models: tuple[str, ...], runs: int, warmup: int, threads: int, ort_lev
              f"{t.median_ms / first.median_ms:.3f}") for t in result.timings]
     shapes_text = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in result.inputs.items())
     out = console()
-    out.print(table(f"Latency ({runs} interleaved runs, {threads} thread(s), ORT level {ort_level}; {shapes_text})",
+    count = f"{result.runs} interleaved run(s)"
+    if result.cut_short:
+        count += f" (the {result.budget_s:g} s time budget; --runs N for more)"
+    out.print(table(f"Latency ({count}, {threads} thread(s), ORT level {ort_level}; {shapes_text})",
                     ["model", "min ms", "median ms", "min ratio", "median ratio"], rows))
     if save_optimized:
         out.print(f"Wrote {save_optimized} (onnxruntime's optimized model at level {ort_level})", markup=False,

@@ -28,10 +28,13 @@ def compute_graph(model: str, output: str, engine_path: str, input_shape: tuple[
     from gsrewrite.errors import OutputError, ValidationError
     from gsrewrite.graph.symbolic_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model, save_model
-    from gsrewrite.model_io.saving import atomic_files
+    from gsrewrite.model_io.saving import atomic_files, check_distinct_outputs
     from gsrewrite.pipelines.compute_graph import compute_graph as run
     from gsrewrite.pipelines.shape_check import check_summary
 
+    # the model's external data (written above 2 GB) goes to OUT.onnx.data: the engine must not be that file either
+    check_distinct_outputs([("the compute graph (-o)", output), ("its external data", output + ".data"),
+                            ("the shape engine (--shape-engine)", engine_path)])
     for path in (output, engine_path):
         if os.path.exists(path) and not force:
             raise OutputError(f"{path} exists; pass --force to overwrite it")

@@ -62,6 +62,7 @@ def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, 
     # over a file that is not the output's own
     external = io["external_data"] or None
     check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+    _extraction_paths(*extract, job.output)
     # the output is written while validation runs (and put in place only if it passed)
     with StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
                     size_threshold=io["size_threshold"]) as staged:
@@ -79,17 +80,29 @@ def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, 
     _report(result, job.output, size, written, as_json, io["verbosity"])
 
 
+def _extraction_paths(constants: tuple[str, ...], ops: tuple[str, ...], output: str) -> list[Path]:
+    """Where --extract-constant/--extract-op write, beside the output; refused (before any work) when two of them,
+    or one and the output, are one file (two names can make one file name: a/b and a_b)."""
+    from gsrewrite.model_io.saving import check_distinct_outputs
+    from gsrewrite.simplifier.extract import safe_file_name
+
+    out = Path(output)
+    stem = out.name.removesuffix(".onnx")
+    paths = [out.with_name(f"{stem}.{safe_file_name(n)}.npy") for n in constants]
+    paths += [out.with_name(f"{stem}.{safe_file_name(n)}.onnx") for n in ops]
+    names = [*(f"--extract-constant {n}" for n in constants), *(f"--extract-op {n}" for n in ops)]
+    check_distinct_outputs([("the simplified model", output), *zip(names, paths, strict=True)])
+    return paths
+
+
 def _extractions(model: Any, constants: tuple[str, ...], ops: tuple[str, ...], output: str,
                  input_path: str) -> list[tuple[Path, Any]]:
     """What --extract-constant/--extract-op write, computed (and every name checked) before writing."""
     from gsrewrite.model_io import check_output_path
     from gsrewrite.simplifier import extract_constant, extract_node
-    from gsrewrite.simplifier.extract import safe_file_name
 
-    out = Path(output)
-    stem = out.name.removesuffix(".onnx")
-    planned = [(out.with_name(f"{stem}.{safe_file_name(n)}.npy"), extract_constant(model, n)) for n in constants]
-    planned += [(out.with_name(f"{stem}.{safe_file_name(n)}.onnx"), extract_node(model, n)) for n in ops]
+    payloads = [extract_constant(model, n) for n in constants] + [extract_node(model, n) for n in ops]
+    planned = list(zip(_extraction_paths(constants, ops, output), payloads, strict=True))
     for path, _payload in planned:
         check_output_path(path, input_path=input_path)
     return planned

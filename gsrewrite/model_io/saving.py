@@ -17,7 +17,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import BinaryIO
 
@@ -188,6 +188,29 @@ def check_output_path(
     if external_data:
         check_data_path(target, location, input_path=input_path, in_place=in_place)
     return target
+
+
+def check_distinct_outputs(outputs: Sequence[tuple[str, str | os.PathLike[str]]]) -> None:
+    """Raise OutputError when two outputs of one command are one file (the same path however spelled, or links
+    to one file): one would be written over the other. ``outputs``: (what it is, path) pairs, e.g.
+    ``("the shape engine (--shape-engine)", path)``; every command writing more than one file checks them here
+    before any work."""
+    seen: dict[object, str] = {}
+    for what, path in outputs:
+        key = _file_key(os.fspath(path))
+        if key in seen:
+            raise OutputError(f"{seen[key]} and {what} would both be written to '{os.fspath(path)}': give each "
+                              "output its own path")
+        seen[key] = what
+
+
+def _file_key(path: str) -> object:
+    """What identifies the file ``path`` names: its device and inode when it exists, else its resolved path."""
+    try:
+        info = os.stat(path)
+        return ("file", info.st_dev, info.st_ino)
+    except (OSError, ValueError):
+        return ("path", os.path.realpath(path))
 
 
 def _check_not_input(target: str, shown: str, input_path: str, in_place: bool) -> None:

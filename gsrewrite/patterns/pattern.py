@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gsrewrite.errors import PatternError
+from gsrewrite.model_io.user_files import open_regular
 from gsrewrite.patterns.fragments import Fragment, check_calls, expand, required_ops
 from gsrewrite.patterns.lint import lint
 from gsrewrite.patterns.template import Capture, TemplateGraph, parse_template
@@ -155,12 +156,11 @@ def template_names(template: TemplateGraph) -> set[str]:
 def _load_cached(path: str, _size: int, _mtime_ns: int) -> tuple[Pattern, ...]:
     """One file's patterns, parsed."""
     file = Path(path)
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
-        raise PatternError(f"pattern file not found: {file}") from None
-    except OSError as exc:
-        raise PatternError(f"cannot read pattern file {file}: {exc}") from None
+    with open_regular(file, "pattern file", PatternError) as f:  # a FIFO would block, a device never end
+        try:
+            raw = f.read()
+        except OSError as exc:
+            raise PatternError(f"cannot read pattern file {file}: {exc}") from None
     return tuple(_parse_file(file, raw))
 
 

@@ -5,6 +5,12 @@ Inputs are given (an ``.npz`` file) or generated at validation's sample sizes (`
 every model must take the same inputs. Sessions use onnxruntime's optimization level ``ort_level`` (``all`` by
 default: what users run) and ``threads`` intra-op threads (1 by default: the least noisy). ``save_optimized``
 writes onnxruntime's own offline-optimized model of the first model (its ``optimized_model_filepath``).
+
+How many runs: ``runs`` and ``warmup`` when given. By default, as timeit's autorange bounds its loops by time,
+up to :data:`DEFAULT_RUNS` timed rounds after up to :data:`DEFAULT_WARMUP` warm-up rounds (a round runs every
+model once), fewer when they would not fit the :data:`TIME_BUDGET`: the warm-up stops once it has taken a fifth
+of the budget, the timed rounds when the next one would end past it; at least one of each. The count is in the
+result. Sessions and runs are validation's runner's (one time limit per run, Ctrl-C stops a run).
 """
 
 from __future__ import annotations
@@ -21,11 +27,21 @@ import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
-from gsrewrite.model_io.functions import expansion_problem
-from gsrewrite.validation.runner import ModelSource, model_argument
+from gsrewrite.validation.runner import (
+    ORT_LEVELS,
+    BenchSettings,
+    ModelSource,
+    Session,
+    create_session,
+    resolve_model,
+)
 
-ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-              "all": "ORT_ENABLE_ALL"}
+#: timed rounds when ``runs`` is not given (fewer when over the time budget)
+DEFAULT_RUNS = 20
+#: warm-up rounds when ``warmup`` is not given (fewer when over a fifth of the time budget)
+DEFAULT_WARMUP = 2
+#: seconds the default warm-up and timed rounds may take together (the last round may end past it)
+TIME_BUDGET = 10.0
 
 
 @dataclass
@@ -49,10 +65,18 @@ class BenchResult:
     threads: int
     ort_level: str
     inputs: dict[str, list[int]]
+    warmup: int = 0
+    budget_s: float | None = None  # the time budget that bounded the default counts (None: counts given)
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the time budget ended the timed rounds before :data:`DEFAULT_RUNS`."""
+        return self.budget_s is not None and self.runs < DEFAULT_RUNS
 
     def to_dict(self) -> dict[str, Any]:
         first = self.timings[0] if self.timings else None
-        return {"runs": self.runs, "threads": self.threads, "ort_level": self.ort_level, "inputs": self.inputs,
+        return {"runs": self.runs, "warmup": self.warmup, "time_budget_s": self.budget_s,
+                "threads": self.threads, "ort_level": self.ort_level, "inputs": self.inputs,
                 "models": [{"model": t.model, "min_ms": round(t.min_ms, 4), "median_ms": round(t.median_ms, 4),
                             "ratio_min": round(t.min_ms / first.min_ms, 4) if first else None,
                             "ratio_median": round(t.median_ms / first.median_ms, 4) if first else None}
@@ -71,11 +95,9 @@ def bench_inputs(model: onnx.ModelProto, given: str | os.PathLike[str] | Mapping
     from gsrewrite.validation.sizes import SizeSet
 
     if given is not None and not isinstance(given, Mapping):
-        try:
-            with np.load(given) as data:
-                return {k: data[k] for k in data.files}
-        except (OSError, ValueError) as exc:
-            raise InputDataError(f"--inputs {given}: not a readable .npz file ({exc})") from None
+        from gsrewrite.validation.npz_files import load_npz
+
+        return load_npz(given)  # a regular file, every array sized from its header before it is read
     if isinstance(given, Mapping):
         return dict(given)
     specs = model_inputs(model)
@@ -84,101 +106,74 @@ def bench_inputs(model: onnx.ModelProto, given: str | os.PathLike[str] | Mapping
     return generate_inputs(plan_inputs(model, specs, sample), seed)
 
 
-def session(model: onnx.ModelProto | str, threads: int, ort_level: str, optimized_path: str | None = None) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[ort_level])
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 4  # a model it cannot load is reported once, by us
-    if optimized_path is not None:
-        options.optimized_model_filepath = optimized_path
-    keep = contextlib.ExitStack()  # a temporary folder for a graph over 2 GB, if one is needed
-    weights = None
-    if isinstance(model, onnx.ModelProto):
-        problem = expansion_problem(model)  # onnxruntime would expand them, in native code, for minutes
-        if problem is not None:
-            raise ValidationError(f"onnxruntime cannot load the model: {problem}")
-        # serialized whole, as a user's program loads it; over 2 GB the weights go as arrays (validation.in_memory)
-        source, weights = model_argument(ModelSource("benchmarked", model), keep, in_memory_first=False)
-        if weights is not None:
-            weights.add_to(options)
-    else:
-        source = model
-    try:
-        opened = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's own exception types
-        keep.close()
-        raise ValidationError(f"onnxruntime cannot load {getattr(model, 'name', None) or 'the model'}: "
-                              f"{str(exc).splitlines()[0]}") from None
-    # the arrays onnxruntime uses in place (and any temporary folder) live as long as the session
-    opened._gsrewrite_keep = (weights, keep)
-    return opened
+def session(model: onnx.ModelProto | str | ModelSource, threads: int, ort_level: str,
+            optimized_path: str | None = None) -> Session:
+    """The onnxruntime session of a benchmarked model (validation's runner, :class:`BenchSettings`); close it."""
+    return create_session(resolve_model(model, "benchmarked"), bench=BenchSettings(ort_level, threads,
+                                                                                   optimized_path))
 
 
-def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int = 20, warmup: int = 2,
-          threads: int = 1, ort_level: str = "all", inputs: Mapping[str, np.ndarray] | None = None,
-          save_optimized: str | None = None) -> BenchResult:
-    """Time each ``(label, model)`` ``runs`` times, interleaved; ``inputs`` default to generated ones for the
-    first model."""
+def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int | None = None,
+          warmup: int | None = None, threads: int = 1, ort_level: str = "all",
+          inputs: Mapping[str, np.ndarray] | None = None, save_optimized: str | None = None,
+          time_budget: float = TIME_BUDGET) -> BenchResult:
+    """Time each ``(label, model)`` interleaved; ``inputs`` default to generated ones for the first model.
+    ``runs``/``warmup``: rounds, exactly; ``None``: bounded by ``time_budget`` seconds (see the module)."""
     if not models:
         raise UsageError("no model to benchmark")
     if ort_level not in ORT_LEVELS:
         raise UsageError(f"--ort-level must be one of {', '.join(ORT_LEVELS)}, not {ort_level!r}")
-    if runs < 1:
+    if runs is not None and runs < 1:
         raise UsageError("--runs must be at least 1")
+    if warmup is not None and warmup < 0:
+        raise UsageError("--warmup must be at least 0")
     from gsrewrite.validation.runner import why_unrunnable
 
+    sources = []
     for label, model in models:
-        reason = why_unrunnable(model if isinstance(model, onnx.ModelProto) else onnx.load(model,
-                                                                                          load_external_data=False))
+        source = resolve_model(model, "benchmarked")
+        source.label = f"'{label}'"
+        reason = why_unrunnable(source.proto)
         if reason is not None:
             raise ValidationError(f"onnxruntime will not run {label}: {reason}")
-    first = models[0][1]
-    feed = dict(inputs) if inputs is not None else bench_inputs(
-        first if isinstance(first, onnx.ModelProto) else onnx.load(first, load_external_data=False))
-    sessions = [session(model, threads, ort_level, save_optimized if i == 0 else None)
-                for i, (_, model) in enumerate(models)]
-    feeds = []
-    for (label, _), sess in zip(models, sessions, strict=True):
-        names = {i.name for i in sess.get_inputs()}
-        missing = sorted(names - set(feed))
-        if missing:
-            raise InputDataError(f"{label} takes input {missing[0]!r}, which the first model's inputs lack")
-        feeds.append({k: v for k, v in feed.items() if k in names})
-    timings = [Timing(label) for label, _ in models]
-    for sess, one in zip(sessions, feeds, strict=True):
-        for _ in range(warmup):
-            _run(sess, one)
-    for _ in range(runs):
-        for sess, one, timing in zip(sessions, feeds, timings, strict=True):
-            start = time.perf_counter()
-            _run(sess, one)
-            timing.times.append(time.perf_counter() - start)
-    return BenchResult(timings, runs, threads, ort_level, {k: list(v.shape) for k, v in feed.items()})
+        sources.append(source)
+    feed = dict(inputs) if inputs is not None else bench_inputs(sources[0].proto)
+    with contextlib.ExitStack() as stack:
+        sessions = []
+        for i, source in enumerate(sources):
+            sessions.append(session(source, threads, ort_level, save_optimized if i == 0 else None))
+            stack.callback(sessions[-1].close)
+        feeds = []
+        for (label, _), sess in zip(models, sessions, strict=True):
+            missing = [name for name in sess.input_names if name not in feed]
+            if missing:
+                raise InputDataError(f"{label} takes input {missing[0]!r}, which the first model's inputs lack")
+            feeds.append({k: v for k, v in feed.items() if k in set(sess.input_names)})
+        timings = [Timing(label) for label, _ in models]
+        pairs = list(zip(sessions, feeds, strict=True))
+        warmed = _rounds(pairs, None, warmup, DEFAULT_WARMUP, time_budget / 5)
+        done = _rounds(pairs, timings, runs, DEFAULT_RUNS, time_budget - warmed[1])
+    budget = time_budget if runs is None or warmup is None else None
+    return BenchResult(timings, done[0], threads, ort_level, {k: list(v.shape) for k, v in feed.items()},
+                       warmup=warmed[0], budget_s=budget)
 
 
-def _run(sess: Any, feed: dict[str, np.ndarray]) -> None:
-    """One run, stopped after validation's run time limit (a model that loops forever is an error, not a hang)."""
-    import threading
-
-    import onnxruntime as ort
-
-    from gsrewrite.validation.runner import RUN_TIMEOUT_ENV, run_time_limit
-
-    options = ort.RunOptions()
-    options.log_severity_level = 4  # a terminated run is reported once, by us
-    limit = run_time_limit()
-    timer = threading.Timer(limit, setattr, (options, "terminate", True))
-    timer.daemon = True
-    timer.start()
-    try:
-        sess.run(None, feed, options)
-    except Exception as exc:
-        if options.terminate:
-            raise ValidationError(f"a run took longer than {limit:g} s ({RUN_TIMEOUT_ENV} sets the limit)") \
-                from None
-        raise ValidationError(f"onnxruntime failed to run: {str(exc).splitlines()[0]}") from None
-    finally:
-        timer.cancel()
+def _rounds(pairs: list[tuple[Session, dict[str, np.ndarray]]], timings: list[Timing] | None, count: int | None,
+            default: int, budget: float) -> tuple[int, float]:
+    """Run every model once per round, ``count`` rounds (``None``: up to ``default``, while the next round, at the
+    mean round's length, ends within ``budget`` seconds; at least one); record each run's onnxruntime time in
+    ``timings``. Returns the rounds run and their wall seconds."""
+    start = time.perf_counter()
+    done = 0
+    while True:
+        elapsed = time.perf_counter() - start
+        if count is not None and done >= count:
+            break
+        if count is None and done and (done >= default or elapsed + elapsed / done > budget):
+            break
+        for index, (sess, one) in enumerate(pairs):
+            sess.run(one)
+            if timings is not None:
+                timings[index].times.append(sess.last_seconds)
+        done += 1
+    return done, time.perf_counter() - start

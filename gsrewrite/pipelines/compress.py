@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from gsrewrite import plugin_hooks
-from gsrewrite.errors import NothingToCompressError, OutOfToleranceError, SlowerModelError, UsageError
+from gsrewrite.errors import (
+    ModelTooLargeError,
+    NothingToCompressError,
+    OutOfToleranceError,
+    SlowerModelError,
+    UsageError,
+)
+from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.protocols import CompressionStrategy, Tolerance
@@ -33,6 +40,7 @@ from gsrewrite.validation.report import OutputComparison, describe_failures
 
 if TYPE_CHECKING:
     from gsrewrite.validation import Validator
+from gsrewrite.validation.runner import time_limited_runs
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +184,9 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
                              min_top1=min_top1)
     Criterion.of(tolerance).check()
     given = {k: v for k, v in options.items() if v is not None}
+    problem = expansion_problem(original)  # strategies hand the model to onnx and onnxruntime, which expand them
+    if problem is not None:
+        raise ModelTooLargeError(f"cannot compress the model: {problem}")
     if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
         from gsrewrite.validation.runner import cannot_validate, why_unrunnable
 
@@ -213,7 +224,9 @@ def _load(path: str) -> onnx.ModelProto:
 
 def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
          ) -> tuple[onnx.ModelProto, list[str], list[str]]:
-    answer = strategy.apply(model, **options)
+    # a strategy's own onnxruntime runs (calibration) have the run time limit too
+    with time_limited_runs(f"the model, run by the {strategy.name} strategy,"):
+        answer = strategy.apply(model, **options)
     if isinstance(answer, onnx.ModelProto):
         return answer, [], []
     if not isinstance(getattr(answer, "model", None), onnx.ModelProto):

@@ -78,9 +78,9 @@ def _load(path: str | os.PathLike) -> onnx.ModelProto:
 def _feeds(model: onnx.ModelProto, input_shapes: Any, given: str | os.PathLike | None) -> dict[str, np.ndarray]:
     """Inputs of the full model: given, or generated at the sample size when its estimated peak memory fits the
     budget validation uses (sizes are checked before anything is allocated)."""
-    from gsrewrite.validation.given_inputs import load_npz
     from gsrewrite.validation.input_sets import build_set, fit_budget
     from gsrewrite.validation.memory import default_budget
+    from gsrewrite.validation.npz_files import load_npz
     from gsrewrite.validation.shapes import resolve_shapes
     from gsrewrite.validation.signature import model_inputs
     from gsrewrite.validation.sizes import SizeSet

@@ -9,40 +9,25 @@ float types (float64 -> float32), and any other numeric conversion that keeps ev
 from __future__ import annotations
 
 import os
-import zipfile
-import zlib
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gsrewrite.errors import InputDataError
+from gsrewrite.validation.npz_files import load_npz
 from gsrewrite.validation.signature import InputSpec
 
+__all__ = ["InputSource", "describe_given", "load_npz", "prepare_inputs"]
+
 InputSource = Mapping[str, Any] | str | os.PathLike
-_READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
 
 
-def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` file (no pickles); :class:`InputDataError` when it cannot."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputDataError(f"input file not found: {path}")
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise InputDataError(f"{path} holds a single array, not an .npz file of named inputs")
-        with data:
-            return {name: np.asarray(data[name]) for name in data.files}
-    except _READ_ERRORS as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputDataError(f"cannot read inputs from {path}: {reason}") from None
-
-
-def prepare_inputs(source: InputSource, specs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
-    """The given inputs as a feed dict in model order, checked and converted to the model's dtypes."""
-    arrays = load_npz(source) if isinstance(source, (str, os.PathLike)) else dict(source)
+def prepare_inputs(source: InputSource, specs: Sequence[InputSpec], budget: int | None = None
+                   ) -> dict[str, np.ndarray]:
+    """The given inputs as a feed dict in model order, checked and converted to the model's dtypes. A path is
+    read by :func:`~gsrewrite.validation.npz_files.load_npz` (sized from its headers against ``budget`` first)."""
+    arrays = load_npz(source, budget=budget) if isinstance(source, (str, os.PathLike)) else dict(source)
     _check_names(list(arrays), [s.name for s in specs])
     return {spec.name: _fit(spec, np.asarray(arrays[spec.name])) for spec in specs}
 

@@ -19,7 +19,7 @@ import onnx
 
 from gsrewrite.validation.given_inputs import describe_given
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
-from gsrewrite.validation.memory import MemoryBudgetError, default_budget, estimate_peak, input_bytes
+from gsrewrite.validation.memory import MemoryBudgetError, default_budget, estimate_peak, format_bytes, input_bytes
 from gsrewrite.validation.shapes import resolve_shapes
 from gsrewrite.validation.signature import InputSpec, model_inputs
 from gsrewrite.validation.sizes import SizeSet
@@ -140,14 +140,6 @@ def _itemsize(spec: InputSpec) -> int:
         return spec.dtype.itemsize or 8
     except Exception:  # an unsupported type: the generator will say so; count it as 8 bytes here
         return 8
-
-
-def format_bytes(size: int) -> str:
-    """``1.5 GB``, ``12 MB``, ``300 bytes``."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}"
-    return f"{size} bytes"
 
 
 def generated_inputs(model: onnx.ModelProto, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:

@@ -79,6 +79,14 @@ def _half_available() -> int:
     return available // 2 if available is not None else 8 << 30
 
 
+def format_bytes(size: int) -> str:
+    """``1.5 GB``, ``12 MB``, ``300 bytes``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} bytes"
+
+
 def input_bytes(shapes: Mapping[str, tuple[int, ...]], itemsizes: Mapping[str, int]) -> tuple[int, str, int]:
     """Total bytes of inputs of these shapes, and the largest input (name, bytes); pure arithmetic."""
     sizes = {name: math.prod(shape) * itemsizes.get(name, 8) for name, shape in shapes.items()}

@@ -1,10 +1,17 @@
-"""onnxruntime sessions for validation: plain CPU execution, no graph optimizations, quiet logs.
+"""onnxruntime sessions and runs: the one place gsrewrite creates a session (:func:`create_session`, for validation,
+the shape check, extract's check, calibration and plugins' checks; with :class:`BenchSettings` for timing) and runs
+it (:meth:`Session.run`).
 
-Graph optimizations are disabled so that onnxruntime's own fusions do not hide (or cause) differences
-between the two models. A model given as a path is handed to onnxruntime by path; an in-memory model
-is serialized without its large weights, which onnxruntime gets as arrays (``in_memory``), or serialized whole
-when its weights are small; when larger than protobuf's 2 GB limit even so, it is written to a temporary folder
-with its tensors in an external data file.
+Every run is under the same time limit (:func:`run_time_limit`, ``GSREWRITE_RUN_TIMEOUT``) and stops at once on
+Ctrl-C or SIGTERM: it runs in a worker thread while the calling thread waits, and either sets onnxruntime's
+``RunOptions.terminate``. :func:`time_limited_runs` extends both to the runs of libraries gsrewrite calls
+(onnxruntime's quantizer calibrating a model).
+
+Validation sessions: plain CPU execution, no graph optimizations, quiet logs. Graph optimizations are disabled
+so that onnxruntime's own fusions do not hide (or cause) differences between the two models. A model given as a
+path is handed to onnxruntime by path; an in-memory model is serialized without its large weights, which
+onnxruntime gets as arrays (``in_memory``), or serialized whole when its weights are small; when larger than
+protobuf's 2 GB limit even so, it is written to a temporary folder with its tensors in an external data file.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,12 @@ class ModelSource:
     path: Path | None = None
     load_seconds: float = 0.0
     data: bytes | None = field(default=None, repr=False)  # the proto already serialized, when it was
+    label: str | None = None  # how messages name the model (default: "the <role> model")
+
+    @property
+    def what(self) -> str:
+        """The model as messages name it."""
+        return self.label or f"the {self.role} model"
 
 
 #: What the validation functions take for a model: a proto, a path, or a prepared :class:`ModelSource`.
@@ -70,51 +83,178 @@ def resolve_model(model: ModelArg, role: str) -> ModelSource:
     raise TypeError(f"the {role} model must be an onnx.ModelProto or a path, not {type(model).__name__}")
 
 
+@dataclass(frozen=True)
+class BenchSettings:
+    """A session as a user's program makes it, for timing (``bench``, compress's latency): onnxruntime's graph
+    optimizations at ``ort_level`` (a key of :data:`ORT_LEVELS`), ``threads`` intra-op threads, prepacking and
+    spinning as onnxruntime's defaults; ``optimized_path``: where onnxruntime writes its optimized model."""
+
+    ort_level: str = "all"
+    threads: int = 1
+    optimized_path: str | None = None
+
+
+#: ``--ort-level`` values -> onnxruntime's GraphOptimizationLevel names
+ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+              "all": "ORT_ENABLE_ALL"}
+
+
 @dataclass
 class Session:
-    """An onnxruntime session for one model, with the time spent creating and running it."""
+    """An onnxruntime session for one model, with the time spent creating and running it; :meth:`close` (or
+    :func:`open_session`'s block ending) removes what it needed (a temporary folder for a graph over 2 GB)."""
 
     role: str
     session: object
     output_names: list[str]
     create_seconds: float
     run_seconds: float = field(default=0.0)
+    last_seconds: float = field(default=0.0)  # onnxruntime's own time in the last run (no thread, no dict)
+    what: str = ""
+    input_names: list[str] = field(default_factory=list)
+    _keep: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     def run(self, feed: Mapping[str, np.ndarray]) -> dict[str, Any]:
-        """All outputs by name (arrays; lists of arrays for sequence outputs).
+        """All outputs by name (arrays; lists of arrays for sequence outputs), under :func:`run_time_limit`.
 
-        Raises :class:`ValidationError` (naming the model) when onnxruntime fails.
+        Raises :class:`ValidationError` (naming the model) when onnxruntime fails, its subclass
+        :class:`CannotValidateError` when the run took longer than the limit.
         """
         start = time.perf_counter()
-        options = _quiet_run()
-        limit = run_time_limit()
-        timer = threading.Timer(limit, setattr, (options, "terminate", True))
-        timer.daemon = True
-        timer.start()
         try:
-            values = self.session.run(None, dict(feed), options)  # type: ignore[attr-defined]
+            values, self.last_seconds = limited_run(
+                lambda options: self.session.run(None, dict(feed), options),  # type: ignore[attr-defined]
+                self.what)
+        except RunTimeLimitError:
+            raise
         except Exception as exc:  # onnxruntime raises its own exception types (Fail, InvalidArgument, ...)
-            if options.terminate:
-                raise CannotValidateError(
-                    f"cannot validate: the {self.role} model ran longer than {limit:g} s on the validation inputs "
-                    f"({RUN_TIMEOUT_ENV} sets the limit; --no-validate rewrites without checking)") from None
-            raise ValidationError(f"onnxruntime failed to run the {self.role} model: {_first_line(exc)}") from None
+            raise ValidationError(f"onnxruntime failed to run {self.what}: {_first_line(exc)}") from None
         finally:
-            timer.cancel()
             self.run_seconds += time.perf_counter() - start
         return dict(zip(self.output_names, map(_as_output, values), strict=True))
+
+    def close(self) -> None:
+        """Release the session and remove its temporary files (idempotent)."""
+        self.session = None
+        self._keep.close()
+
+
+#: seconds between two looks for a signal while a run goes on
+_SIGNAL_POLL_S = 0.1
+
+
+class RunTimeLimitError(CannotValidateError):
+    """An onnxruntime run took longer than :func:`run_time_limit` and was stopped."""
+
+
+def limited_run(call: Callable[[Any], Any], what: str) -> tuple[Any, float]:
+    """``call(run_options)`` (one onnxruntime run) and onnxruntime's seconds for it, stopped through
+    ``run_options.terminate`` after :func:`run_time_limit` seconds (:class:`RunTimeLimitError`, naming ``what``)
+    or when the calling thread is interrupted (Ctrl-C, SIGTERM: raised once the run has stopped).
+
+    The run goes to a worker thread and the calling thread waits for it: a thread blocked in onnxruntime's native
+    code runs no Python signal handler, so a run in the main thread could not be interrupted (SIGTERM waited for
+    the time limit). The worker costs what the timer thread it replaces cost (~0.1 ms).
+    """
+    options = _quiet_run()
+    limit = run_time_limit()
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        start = time.perf_counter()
+        try:
+            outcome["value"] = call(options)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+        finally:
+            outcome["seconds"] = time.perf_counter() - start
+            done.set()
+
+    # waited for through an Event, not Thread.join: CPython 3.11's join, interrupted by a signal, marks a thread
+    # that is still running as stopped (and the process then ended with onnxruntime still running: abort)
+    worker = threading.Thread(target=work, name="gsrewrite-onnxruntime-run", daemon=True)
+    deadline = time.monotonic() + limit
+    try:
+        worker.start()
+        # short waits: a signal the OS hands to another thread (onnxruntime's pool, the worker) does not wake
+        # this one, but its handler runs here at the end of the wait it fell in
+        while not done.wait(min(_SIGNAL_POLL_S, max(deadline - time.monotonic(), 0.0))) \
+                and time.monotonic() < deadline:
+            pass
+    finally:  # out of time, or interrupted while waiting: stop the run and wait for onnxruntime to let go
+        timed_out = not done.is_set()
+        if timed_out:
+            options.terminate = True
+            while worker.ident is not None and not done.wait(_SIGNAL_POLL_S):  # ident: the thread started
+                pass
+    if "error" in outcome:
+        if timed_out:
+            raise RunTimeLimitError(f"{what} ran longer than {limit:g} s in onnxruntime and was stopped "
+                                    f"({RUN_TIMEOUT_ENV}=SECONDS sets the limit)")
+        raise outcome["error"]
+    return outcome["value"], outcome["seconds"]
 
 
 @contextlib.contextmanager
 def open_session(source: ModelSource, providers: Sequence[str] | None = None,
-                 reuse_memory: bool = True) -> Iterator[Session]:
-    """Create an onnxruntime session for ``source``; any temporary files live as long as the session.
+                 reuse_memory: bool = True, *, bench: BenchSettings | None = None) -> Iterator[Session]:
+    """:func:`create_session` for the block; the session is closed (temporary files removed) when it ends."""
+    session = create_session(source, providers, reuse_memory, bench=bench)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def create_session(source: ModelSource, providers: Sequence[str] | None = None, reuse_memory: bool = True, *,
+                   bench: BenchSettings | None = None) -> Session:
+    """The onnxruntime session for ``source``: validation's settings (below), or with ``bench`` those of a
+    user's program. :meth:`Session.close` it (or use :func:`open_session`).
+
+    Refused before onnxruntime sees the model: local functions that expand past
+    :data:`~gsrewrite.model_io.functions.MAX_EXPANDED_NODES` nodes (onnxruntime would expand them, in native
+    code, for minutes). Errors: :class:`CannotValidateError` for the ``original`` role (nothing can be compared
+    with it), :class:`ValidationError` for any other.
 
     ``reuse_memory=False`` skips onnxruntime's buffer-reuse planning (every intermediate gets its own
     buffer): for small inputs that more than halves session
     creation (24 -> 9 ms for a 300-node GPT-2; the planning dominated it), at a memory cost that grows with the
     activations. Both models of a comparison are run with the same settings.
     """
+    import onnxruntime as ort
+
+    problem = expansion_problem(source.proto)
+    if problem is not None:
+        if source.role == "original":
+            raise cannot_validate(f"the model cannot be run: {problem}")
+        raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
+    options = _bench_options(bench) if bench is not None else _validation_options(source, reuse_memory)
+    keep = contextlib.ExitStack()
+    try:
+        # validation splits the weights out first (faster sessions); bench serializes the model whole, as a user's
+        # program loads it (split only over protobuf's 2 GB)
+        model_arg, weights = model_argument(source, keep, in_memory_first=bench is None)
+        if weights is not None:
+            weights.add_to(options)  # used in place: ``weights`` lives as long as the session
+            keep.enter_context(contextlib.nullcontext(weights))
+        start = time.perf_counter()
+        try:
+            session = ort.InferenceSession(model_arg, options, providers=list(providers or DEFAULT_PROVIDERS))
+        except Exception as exc:  # onnxruntime's exception types are not part of its public API
+            if source.role == "original" and bench is None:
+                raise cannot_validate(_first_line(exc)) from None
+            raise ValidationError(f"onnxruntime cannot load {source.what}: {_first_line(exc)}") from None
+    except BaseException:
+        keep.close()
+        raise
+    seconds = time.perf_counter() - start
+    log.debug("%s session created in %.3f s", source.role, seconds)
+    return Session(source.role, session, [o.name for o in session.get_outputs()], seconds, what=source.what,
+                   input_names=[i.name for i in session.get_inputs()], _keep=keep)
+
+
+def _validation_options(source: ModelSource, reuse_memory: bool) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -130,26 +270,63 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
     # creation costs more than packing on the fly in those runs (ViT-base: session 0.10-0.15 -> 0.04-0.05 s,
     # two runs +0.012 s)
     options.add_session_config_entry("session.disable_prepacking", "1")
-    problem = expansion_problem(source.proto)  # onnxruntime would expand them, in native code, for minutes
-    if problem is not None:
-        if source.role == "original":
-            raise cannot_validate(f"the model cannot be run: {problem}")
-        raise ValidationError(f"onnxruntime cannot load the {source.role} model: {problem}")
-    with contextlib.ExitStack() as stack:
-        model_arg, weights = model_argument(source, stack)
-        if weights is not None:
-            weights.add_to(options)  # the arrays are used in place: ``weights`` lives as long as the session
-        start = time.perf_counter()
-        try:
-            session = ort.InferenceSession(model_arg, options, providers=list(providers or DEFAULT_PROVIDERS))
-        except Exception as exc:  # onnxruntime's exception types are not part of its public API
-            if source.role == "original":
-                raise cannot_validate(_first_line(exc)) from None
-            raise ValidationError(f"onnxruntime cannot load the {source.role} model: {_first_line(exc)}") from None
-        seconds = time.perf_counter() - start
-        log.debug("%s session created in %.3f s", source.role, seconds)
-        names = [o.name for o in session.get_outputs()]
-        yield Session(source.role, session, names, seconds)
+    return options
+
+
+def _bench_options(settings: BenchSettings) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[settings.ort_level])
+    options.intra_op_num_threads = settings.threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4  # a model it cannot load is reported once, by us
+    if settings.optimized_path is not None:
+        options.optimized_model_filepath = settings.optimized_path
+    return options
+
+
+_patch_lock = threading.Lock()
+_patch_depth = 0
+
+
+@contextlib.contextmanager
+def time_limited_runs(what: str = "a model") -> Iterator[None]:
+    """Within: every onnxruntime run that brings no ``RunOptions`` of its own (a library's: onnxruntime's
+    quantizer calibrating a model, a plugin's session) runs as :meth:`Session.run` does, under
+    :func:`run_time_limit` and stopped by Ctrl-C; on the limit it raises :class:`RunTimeLimitError` naming
+    ``what`` (the outermost block's).
+
+    ``InferenceSession.run`` is wrapped for the block (in every thread: a run elsewhere that brings no options gets
+    the limit too, which is what gsrewrite wants of every run) and restored after the outermost block."""
+    import onnxruntime as ort
+
+    global _patch_depth
+    cls = ort.InferenceSession
+    with _patch_lock:
+        if _patch_depth == 0:
+            original = cls.run
+            own = "run" in cls.__dict__  # else inherited (from onnxruntime's Session): deleted afterwards
+
+            def run(self: Any, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
+                if run_options is not None:
+                    return original(self, output_names, input_feed, run_options)
+                return limited_run(lambda options: original(self, output_names, input_feed, options), what)[0]
+
+            run.restore = (original if own else None)  # type: ignore[attr-defined]
+            cls.run = run  # type: ignore[method-assign]
+        _patch_depth += 1
+    try:
+        yield
+    finally:
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                restore = cls.run.restore  # type: ignore[attr-defined]
+                if restore is None:
+                    del cls.run
+                else:
+                    cls.run = restore  # type: ignore[method-assign]
 
 
 def cannot_validate(reason: str) -> CannotValidateError:
@@ -192,9 +369,13 @@ def unvalidated_inner_step() -> Iterator[None]:
 
 def why_unrunnable(model: onnx.ModelProto) -> str | None:
     """A reason onnxruntime will not run ``model``, found without a session (no outputs, an opset newer than
-    onnx knows, an op domain it does not implement), or ``None``: a cheap look for ``--no-validate``."""
+    onnx knows, an op domain it does not implement, local functions that expand past the limit), or ``None``: a
+    cheap look for ``--no-validate`` and before a command's work."""
     if not model.graph.output:
         return "the model has no outputs"
+    problem = expansion_problem(model)
+    if problem is not None:
+        return problem
     newest = onnx.defs.onnx_opset_version()
     for opset in model.opset_import:
         if opset.domain in ("", "ai.onnx") and opset.version > newest:
@@ -270,19 +451,20 @@ def serialize(model: onnx.ModelProto) -> bytes | None:
     return data if len(data) <= MAX_PROTOBUF_BYTES else None
 
 
-#: Environment variable: seconds one onnxruntime run may take during validation (default
-#: :data:`DEFAULT_RUN_TIMEOUT`); a model that runs longer (a Loop with 2**62 trips) cannot be validated.
+#: Environment variable: seconds one onnxruntime run may take, anywhere (validation, bench, the shape check,
+#: calibration, ...; default :data:`DEFAULT_RUN_TIMEOUT`); a run that takes longer (a Loop with 2**62 trips) is
+#: stopped, and the command fails with one line (exit 2).
 RUN_TIMEOUT_ENV = "GSREWRITE_RUN_TIMEOUT"
 DEFAULT_RUN_TIMEOUT = 600.0
 
 
 def run_time_limit() -> float:
-    """Seconds one validation run may take (:data:`RUN_TIMEOUT_ENV`, else :data:`DEFAULT_RUN_TIMEOUT`)."""
+    """Seconds one onnxruntime run may take (:data:`RUN_TIMEOUT_ENV`, else :data:`DEFAULT_RUN_TIMEOUT`)."""
     try:
         value = float(os.environ.get(RUN_TIMEOUT_ENV, DEFAULT_RUN_TIMEOUT))
     except ValueError:
         return DEFAULT_RUN_TIMEOUT
-    return value if value > 0 else DEFAULT_RUN_TIMEOUT
+    return value if 0 < value < float("inf") else DEFAULT_RUN_TIMEOUT
 
 
 def _quiet_run() -> Any:
@@ -306,10 +488,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def run_once(model: onnx.ModelProto, feed: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """Run ``model`` once on ``feed`` under validation's time limit (a plugin about to run a model many times,
+    """Run ``model`` once on ``feed`` under the run time limit (a plugin about to run a model many times,
     a quantizer's calibration, checks first that one run ends: a model that loops forever is an error)."""
     reason = why_unrunnable(model)
     if reason is not None:
         raise cannot_validate(reason)
     with open_session(serialized_source(model, "original"), reuse_memory=False) as session:
         return session.run(feed)
+
+
+def model_session(model: onnx.ModelProto | bytes, what: str) -> Session:
+    """A session for a plugin that runs a small model many times (a pattern check evaluating a side computation):
+    validation's settings, every run under the time limit; messages name the model ``what``. Errors are
+    :class:`ValidationError`; :meth:`Session.close` it when done."""
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
+    data = model if isinstance(model, bytes) else None
+    return create_session(ModelSource("computed", proto, data=data, label=what), reuse_memory=False)

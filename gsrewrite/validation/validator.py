@@ -111,7 +111,7 @@ class Validator:
         self.specs = model_inputs(self.original.proto)
         self.class_axes = class_axes(self.original.proto)
         self.reuse_memory = not _small_inputs(self.specs, self.original, inputs, input_shapes)
-        given = prepare_inputs(inputs, self.specs) if inputs is not None else None
+        given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
         with open_session(self.original, providers, self.reuse_memory) as session:
             self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)

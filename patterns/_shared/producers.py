@@ -115,24 +115,21 @@ def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output
 
 
 def evaluator(model: bytes, what: str = "the computation") -> Callable[[dict[str, np.ndarray]], np.ndarray]:
-    """A function computing the single output of ``model`` for feeds (one onnxruntime session, no graph
-    optimizations); it and its calls raise NotProven on failure."""
-    import onnxruntime as ort
+    """A function computing the single output of ``model`` for feeds (one onnxruntime session from gsrewrite's
+    runner: no graph optimizations, each run under the run time limit); it and its calls raise NotProven on
+    failure."""
+    from gsrewrite.plugin_api import GsrewriteError, model_session
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 4
-    options.intra_op_num_threads = 1
     try:
-        session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's exception types are not public
-        raise NotProven(f"cannot evaluate {what}: {str(exc).splitlines()[0][:600]}") from None
+        session = model_session(model, what)
+    except GsrewriteError as exc:  # the message names ``what``
+        raise NotProven(str(exc).splitlines()[0][:600]) from None
 
     def evaluate(feeds: dict[str, np.ndarray]) -> np.ndarray:
         try:
-            return np.asarray(session.run(None, feeds)[0])
-        except Exception as exc:
-            raise NotProven(f"cannot evaluate {what}: {str(exc).splitlines()[0][:600]}") from None
+            return np.asarray(next(iter(session.run(feeds).values())))
+        except GsrewriteError as exc:
+            raise NotProven(str(exc).splitlines()[0][:600]) from None
 
     return evaluate
 

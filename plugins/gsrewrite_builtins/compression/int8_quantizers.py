@@ -168,16 +168,16 @@ def _save(model: onnx.ModelProto, path: Path) -> bool:
 
 
 def _calibration_feeds(model: onnx.ModelProto, source: Any, count: int) -> Iterator[dict[str, np.ndarray]]:
+    """The calibration inputs: every ``.npz`` of ``source`` (a file, or a folder's ``*.npz``) through gsrewrite's
+    loader (regular files only, all of them sized from their headers against the memory budget before any is
+    inflated), else ``count`` generated input sets."""
     if source:
         paths = sorted(Path(source).glob("*.npz")) if os.path.isdir(source) else [Path(source)]
         if not paths:
             raise UsageError(f"--calibration {source}: no .npz file there")
-        for path in paths:
-            try:
-                with np.load(path) as data:
-                    yield {k: data[k] for k in data.files}
-            except (OSError, ValueError) as exc:
-                raise UsageError(f"--calibration {path}: not a readable .npz file ({exc})") from None
+        from gsrewrite.plugin_api import load_npz_files
+
+        yield from load_npz_files(paths, "calibration input")
         return
     from gsrewrite.plugin_api import generated_inputs
 
