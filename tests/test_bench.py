@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +117,71 @@ def _matmul_model(rows: int, cols: int) -> tuple[onnx.ModelProto, np.ndarray]:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
                               [numpy_helper.from_array(weight, "w")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), weight
+
+
+GSREWRITE = Path(sys.executable).parent / "gsrewrite"
+
+
+def _bench_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GSREWRITE_")}
+    return subprocess.run([str(GSREWRITE), "bench", *map(str, args)], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def test_default_runs_are_bounded_by_the_time_budget_and_counted(tmp_path: Path) -> None:
+    """8 MatMuls of 1024 x 1024 by one 1024 x 1024 weight (8.6 G MACs a run: 0.1-1 s on one thread): 20 runs and
+    2 warm-ups would take 2-22 s; with a 1 s budget the warm-up stops after the round that reaches 0.2 s and the
+    timed rounds when the next would end past what is left, and the table says how many ran. Before: always 20 + 2
+    (a model taking seconds per run did not finish in 120 s)."""
+    weight = numpy_helper.from_array(np.eye(1024, dtype=np.float32), "w")
+    nodes = [helper.make_node("MatMul", [f"h{i}", "w"], [f"h{i + 1}"]) for i in range(8)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1024, 1024])],
+                              [helper.make_tensor_value_info("h8", TensorProto.FLOAT, None)], [weight])
+    model = tmp_path / "slow.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    done = _bench_cli(model, "--time-budget", "1")
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"Latency \((\d+) interleaved run\(s\) \(the 1 s time budget; --runs N for more\)", done.stdout)
+    row = re.search(r"slow\.onnx\s+([\d.]+)\s", done.stdout)
+    assert shown and row, done.stdout
+    runs, min_s = int(shown.group(1)), float(row.group(1)) / 1000
+    assert 1 <= runs < 20 and min_s > 0.05
+    # no round starts once the mean round would end it past the budget: the timed runs fit it, but for one round
+    assert (runs - 1) * min_s <= 1.0
+
+
+def test_explicit_runs_and_warmup_are_honoured_whatever_the_budget(tmp_path: Path) -> None:
+    model = _model(tmp_path / "m.onnx", 2, 64)
+    done = _bench_cli(model, "--runs", "7", "--warmup", "3", "--time-budget", "0.001", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["runs"], data["warmup"], data["time_budget_s"]) == (7, 3, None)
+    fast = _bench_cli(model, "--json")  # a fast model gets the 20 runs and 2 warm-ups it always had
+    assert fast.returncode == 0, fast.stderr
+    assert (json.loads(fast.stdout)["runs"], json.loads(fast.stdout)["warmup"]) == (20, 2)
+
+
+def test_the_library_budgets_warm_up_and_timed_rounds(monkeypatch) -> None:
+    """Rounds of a simulated 1 s each against a 10 s budget: warm-up rounds while the next ends within a fifth of
+    the budget (2 s): 2; timed rounds while the next ends within the 8 s left: 8; 10 s in all."""
+    from gsrewrite.pipelines import bench as bench_module
+
+    clock = [0.0]
+
+    class Slow:
+        last_seconds = 1.0
+        input_names = ["x"]
+
+        def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            clock[0] += 1.0
+            return {}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(bench_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(bench_module, "session", lambda *args, **kwargs: Slow())
+    model, _ = _matmul_model(4, 4)
+    result = bench_module.bench([("m", model)], inputs={"x": np.ones((1, 4), np.float32)}, time_budget=10.0)
+    assert (result.warmup, result.runs, result.cut_short) == (2, 8, True)
+    assert result.timings[0].times == [1.0] * 8

@@ -6,8 +6,9 @@ non-empty line on stderr, no traceback, no "internal error"; the corpus (every m
 is byte-for-byte unchanged; nothing stray in the model folder, the output folder (only the output, on
 success), the working folder or TMPDIR.
 
-Fast tier: each case through one command (round-robin), and the bombs also through ``simplify`` and
-``optimize``. The full cross product (every case x every command, fast pairs included) is the slow tier: marked
+Fast tier: each case through one command (round-robin), the bombs also through ``simplify`` and ``optimize``,
+and the data-file cases (hostile ``--inputs`` / ``--calibration`` files beside a valid model) through the commands
+that read them. The full cross product (every case x every command, fast pairs included) is the slow tier: marked
 ``slow`` and, as it takes several minutes, run only when asked for, with ``-m slow`` or
 ``GSREWRITE_HOSTILE_FULL=1`` (as the fuzz tier in test_fuzz_patterns.py).
 """
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import CASE_NAMES, HostileCase, build_hostile_corpus, case_tags
+from hostile import CASE_NAMES, DATA_COMMANDS, HostileCase, build_hostile_corpus, case_exits, case_tags
 from hostile.runner import (
     ADDRESS_SPACE,
     COMMANDS,
@@ -43,6 +44,9 @@ def _fast_pairs() -> list[tuple[str, str]]:
         commands = {COMMAND_NAMES[i % len(COMMAND_NAMES)]}
         if "bomb" in case_tags(name):
             commands |= {"simplify", "optimize"}
+        if "data" in case_tags(name):
+            chosen = {tag.removeprefix("fast:") for tag in case_tags(name) if tag.startswith("fast:")}
+            commands |= chosen or set(case_exits(name)) & DATA_COMMANDS
         pairs += [(name, command) for command in COMMAND_NAMES if command in commands]
     return pairs
 

@@ -294,3 +294,71 @@ def test_data_files_skip_inline_weights_but_find_every_reference(tmp_path: Path)
     assert data_files(tmp_path / "mixed.onnx") == {str((tmp_path / "late.bin").resolve())}
     (tmp_path / "broken.onnx").write_bytes(b"\x08\x07\x3a\xff\xff location")  # a graph field past the end
     assert data_files(tmp_path / "broken.onnx") == frozenset()  # not a model: nothing it could read
+
+
+# --- two outputs of one command ------------------------------------------------------------------------------
+def _reshape_model(folder: Path) -> Path:
+    """Reshape(x, Concat(Shape(x)[0], 4)): compute-graph has a shape subgraph to drop and an engine to write."""
+    from onnx import parser
+
+    model = parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
+g (float[n, 2, 2] x) => (float[n, 4] y) <int64[1] four = {4}, int64[1] zero = {0}, int64[1] one = {1}> {
+    s = Shape (x)
+    b = Slice (s, zero, one)
+    t = Concat <axis = 0> (b, four)
+    y = Reshape (x, t)
+}''')
+    onnx.save(model, folder / "m.onnx")
+    return folder / "m.onnx"
+
+
+@pytest.mark.parametrize(("output", "engine", "setup"), [
+    ("out.onnx", "out.onnx", None),                       # the issue's case: exit 0, one output over the other
+    ("out.onnx", "./sub/../out.onnx", "sub"),             # the same path spelled otherwise
+    ("out.onnx", "out.onnx.data", None),                  # the model's external data file (written above 2 GB)
+    ("out.onnx", "engine.json", "link"),                  # a symlink to the model output
+])
+def test_compute_graph_refuses_one_file_for_two_outputs(tmp_path: Path, output: str, engine: str,
+                                                        setup: str | None) -> None:
+    _reshape_model(tmp_path)
+    if setup == "sub":
+        (tmp_path / "sub").mkdir()
+    if setup == "link":
+        (tmp_path / "engine.json").symlink_to("out.onnx")
+    before = _snapshot(tmp_path)
+    result = _cli("compute-graph", "m.onnx", "-o", output, "--shape-engine", engine, "--force", cwd=tmp_path,
+                  installed=True)
+    _assert_refused(result, before, tmp_path, "would both be written to")
+
+
+def test_compute_graph_writes_both_outputs_on_distinct_paths(tmp_path: Path) -> None:
+    _reshape_model(tmp_path)
+    result = _cli("compute-graph", "m.onnx", "-o", "out.onnx", "--shape-engine", "out.json", cwd=tmp_path,
+                  installed=True)
+    assert result.returncode == 0, result.stderr
+    assert onnx.load(tmp_path / "out.onnx").graph.node and (tmp_path / "out.json").read_text().startswith("{")
+
+
+def test_simplify_refuses_extractions_that_map_to_one_file(tmp_path: Path) -> None:
+    """--extract-constant a/b and a_b both become out.a_b.npy: the second was written over the first."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "a/b"], ["t"]), helper.make_node("Mul", ["t", "a_b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.full(4, 2.0, np.float32), "a/b"),
+         numpy_helper.from_array(np.full(4, 3.0, np.float32), "a_b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "m.onnx")
+    before = _snapshot(tmp_path)
+    result = _cli("simplify", "m.onnx", "-o", "out.onnx", "--extract-constant", "a/b", "--extract-constant", "a_b",
+                  cwd=tmp_path, installed=True)
+    _assert_refused(result, before, tmp_path, "--extract-constant a/b and --extract-constant a_b would both be")
+
+
+def test_several_models_with_one_name_are_refused_before_any_work(tmp_path: Path) -> None:
+    for folder in ("a", "b", "out"):
+        (tmp_path / folder).mkdir()
+        if folder != "out":
+            onnx.save(_model(), tmp_path / folder / "m.onnx")
+    before = _snapshot(tmp_path)
+    result = _cli("optimize", "a/m.onnx", "b/m.onnx", "-o", "out/", cwd=tmp_path, installed=True)
+    _assert_refused(result, before, tmp_path, "would both be written to")

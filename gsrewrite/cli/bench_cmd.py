@@ -10,9 +10,11 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
 @click.command()
 @click.argument("models", nargs=-1, required=True, metavar="MODEL...")
 @click.option("--runs", type=click.IntRange(min=1), default=None,
-              help="Timed runs per model (default: up to 20, as many as fit a 10 s time budget).")
+              help="Timed runs per model (default: up to 20, as many as fit the time budget).")
 @click.option("--warmup", type=click.IntRange(min=0), default=None,
               help="Untimed runs first (default: up to 2, within a fifth of the time budget).")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              metavar="SECONDS", help="Seconds the default warm-up and timed runs may take together.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="onnxruntime intra-op threads.")
 @click.option("--ort-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
@@ -23,8 +25,9 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
 @click.option("--save-optimized", default=None, metavar="OUT.onnx",
               help="Write onnxruntime's own offline-optimized model of the first MODEL (at --ort-level).")
 @json_option
-def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, threads: int, ort_level: str,
-          inputs: str | None, shapes: tuple[str, ...], save_optimized: str | None, as_json: bool) -> None:
+def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_budget: float, threads: int,
+          ort_level: str, inputs: str | None, shapes: tuple[str, ...], save_optimized: str | None,
+          as_json: bool) -> None:
     """Time MODEL(s) in onnxruntime on the same inputs, runs interleaved across the models; min and median,
     and the ratio to the first model."""
     import os
@@ -45,7 +48,7 @@ def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, threads
     feed = bench_inputs(loaded[0][1], inputs, input_shapes)
     with working(f"timing {len(models)} model(s)..."):
         result = run(loaded, runs=runs, warmup=warmup, threads=threads, ort_level=ort_level, inputs=feed,
-                     save_optimized=save_optimized)
+                     save_optimized=save_optimized, time_budget=time_budget)
     if as_json:
         emit_json(result.to_dict() | ({"saved_optimized": save_optimized} if save_optimized else {}))
         return

@@ -66,7 +66,7 @@ class BenchResult:
     ort_level: str
     inputs: dict[str, list[int]]
     warmup: int = 0
-    budget_s: float | None = None  # the time budget that bounded the default counts (None: counts given)
+    budget_s: float | None = None  # the time budget that bounded the timed runs (None: ``runs`` was given)
 
     @property
     def cut_short(self) -> bool:
@@ -153,9 +153,8 @@ def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int | No
         pairs = list(zip(sessions, feeds, strict=True))
         warmed = _rounds(pairs, None, warmup, DEFAULT_WARMUP, time_budget / 5)
         done = _rounds(pairs, timings, runs, DEFAULT_RUNS, time_budget - warmed[1])
-    budget = time_budget if runs is None or warmup is None else None
     return BenchResult(timings, done[0], threads, ort_level, {k: list(v.shape) for k, v in feed.items()},
-                       warmup=warmed[0], budget_s=budget)
+                       warmup=warmed[0], budget_s=time_budget if runs is None else None)
 
 
 def _rounds(pairs: list[tuple[Session, dict[str, np.ndarray]]], timings: list[Timing] | None, count: int | None,

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import bombs, files, graphs, tensors  # noqa: F401 - importing registers the cases
-from ._base import MODEL_FILE, OUTSIDE, READ_ONLY_COMMANDS, REGISTRY, HostileCase
+from . import bombs, data_files, files, graphs, tensors  # noqa: F401 - importing registers the cases
+from ._base import DATA_COMMANDS, MODEL_FILE, OUTSIDE, READ_ONLY_COMMANDS, REGISTRY, HostileCase
 
-__all__ = ["CASE_NAMES", "MODEL_FILE", "OUTSIDE", "READ_ONLY_COMMANDS", "HostileCase", "build_hostile_corpus",
-           "case_tags"]
+__all__ = ["CASE_NAMES", "DATA_COMMANDS", "MODEL_FILE", "OUTSIDE", "READ_ONLY_COMMANDS", "HostileCase",
+           "build_hostile_corpus", "case_exits", "case_tags"]
 
 #: Every case name, in corpus order (usable at collection time for parametrization).
 CASE_NAMES: list[str] = [entry.name for entry in REGISTRY]
@@ -24,6 +24,11 @@ CASE_NAMES: list[str] = [entry.name for entry in REGISTRY]
 def case_tags(name: str) -> frozenset[str]:
     """The tags of case ``name`` (known at collection time, before anything is built)."""
     return next(entry.tags for entry in REGISTRY if entry.name == name)
+
+
+def case_exits(name: str) -> dict[str, int | None]:
+    """The per-command exit codes of case ``name`` (known at collection time)."""
+    return dict(next(entry.exits for entry in REGISTRY if entry.name == name))
 
 
 def build_hostile_corpus(folder: str | os.PathLike[str]) -> list[HostileCase]:
@@ -36,5 +41,5 @@ def build_hostile_corpus(folder: str | os.PathLike[str]) -> list[HostileCase]:
         case_dir.mkdir()
         entry.builder(case_dir)
         cases.append(HostileCase(entry.name, entry.description, case_dir, case_dir / MODEL_FILE,
-                                 entry.expected_exit, entry.read_exit, entry.tags))
+                                 entry.expected_exit, entry.read_exit, entry.tags, entry.exits))
     return cases

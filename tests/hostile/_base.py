@@ -2,16 +2,19 @@
 
 A case is registered with :func:`case`: a name, a one-line description, the exit code the CLI should give
 (``None`` when 0, 1 and 2 are all acceptable answers; ``read_exit`` when the commands that only read the
-model, ``info`` and ``explain``, may answer differently from those that run it) and tags (``"bomb"`` marks a
-memory or time bomb, which the fast tier runs through ``simplify`` and ``optimize`` too). The builder gets the
-case folder and writes ``model.onnx`` (or whatever it wants) into it; files meant to lie *outside* the model
-folder go into the corpus-wide ``OUTSIDE`` folder next to the case folders.
+model, ``info`` and ``explain``, may answer differently from those that run it; ``exits`` for single commands)
+and tags (``"bomb"`` marks a memory or time bomb, which the fast tier runs through ``simplify`` and ``optimize``
+too; ``"data"`` a case whose hostile part is a data file, run in the fast tier by the commands that read it). The
+builder gets the case folder and writes ``model.onnx`` (or whatever it wants) into it, and data files the
+commands pick up when present: ``INPUTS_FILE`` (``--inputs``, ``--input-data``) and ``CALIBRATION_DIR``
+(``compress -s static-int8 --calibration``); files meant to lie *outside* the model folder go into the
+corpus-wide ``OUTSIDE`` folder next to the case folders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +22,10 @@ from onnx import FunctionProto, GraphProto, ModelProto, NodeProto, TensorProto, 
 
 MODEL_FILE = "model.onnx"
 OUTSIDE = "_outside"  # corpus subfolder for files that lie outside every model folder
+INPUTS_FILE = "inputs.npz"  # beside the model: the commands' --inputs / --input-data
+CALIBRATION_DIR = "calibration"  # beside the model: compress -s static-int8 --calibration
+#: commands that read INPUTS_FILE or CALIBRATION_DIR when a case has them
+DATA_COMMANDS = frozenset({"validate", "bench", "extract", "compress"})
 OPSET = 17
 #: commands that read and describe a model without running it: a model that loads but cannot run is fine here
 READ_ONLY_COMMANDS = frozenset({"info", "explain", "profile", "memory"})
@@ -36,9 +43,12 @@ class HostileCase:
     expected_exit: int | None  # None: any of 0, 1, 2 is a correct answer
     read_exit: int | None  # the same, for READ_ONLY_COMMANDS
     tags: frozenset[str]
+    exits: Mapping[str, int | None] = field(default_factory=dict)  # single commands' codes
 
     def expected(self, command: str) -> int | None:
         """The exit code ``gsrewrite COMMAND`` must give on this case (None: any of 0, 1, 2)."""
+        if command in self.exits:
+            return self.exits[command]
         if command == "compress" and self.expected_exit == 0 and "weightless" in self.tags:
             return 1  # a valid model without weights: nothing to compress, nothing written
         return self.read_exit if command in READ_ONLY_COMMANDS else self.expected_exit
@@ -55,21 +65,22 @@ class _Entry:
     read_exit: int | None
     tags: frozenset[str]
     builder: Builder
+    exits: Mapping[str, int | None]
 
 
 REGISTRY: list[_Entry] = []
 
 
 def case(name: str, description: str, expected_exit: int | None = 2, *, read_exit: int | None = _SAME,
-         tags: Sequence[str] = ()) -> Callable[[Builder], Builder]:
+         tags: Sequence[str] = (), exits: Mapping[str, int | None] | None = None) -> Callable[[Builder], Builder]:
     """Register a builder ``f(folder)`` that writes the case into ``folder`` (``read_exit`` defaults to
-    ``expected_exit``)."""
+    ``expected_exit``; ``exits`` overrides both for single commands)."""
     assert "\n" not in description and description
     assert all(entry.name != name for entry in REGISTRY), f"duplicate hostile case {name}"
 
     def register(builder: Builder) -> Builder:
         read = expected_exit if read_exit == _SAME else read_exit
-        REGISTRY.append(_Entry(name, description, expected_exit, read, frozenset(tags), builder))
+        REGISTRY.append(_Entry(name, description, expected_exit, read, frozenset(tags), builder, dict(exits or {})))
         return builder
 
     return register

@@ -13,28 +13,47 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._base import CALIBRATION_DIR, INPUTS_FILE
+
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 ADDRESS_SPACE = 4 << 30
 TIMEOUT_S = 30.0
 OUTPUT_FILE = "out.onnx"
 
-#: command -> (argument list for a model and an output path, whether the command writes the output)
+#: command -> (argument list for a model and an output path, whether the command writes the output); the commands
+#: of DATA_COMMANDS read the case's INPUTS_FILE / CALIBRATION_DIR when it has them
 COMMANDS: dict[str, tuple[Callable[[str, str], list[str]], bool]] = {
     "info": (lambda model, out: ["info", model], False),
-    "validate": (lambda model, out: ["validate", model, model], False),
+    "validate": (lambda model, out: ["validate", model, model, *_data(model, "--inputs")], False),
     "simplify": (lambda model, out: ["simplify", model, "-o", out], True),
     "optimize": (lambda model, out: ["optimize", model, "-o", out], True),
     "apply": (lambda model, out: ["apply", "--pattern", "all", model, "-o", out], True),
     "explain": (lambda model, out: ["explain", "--pattern", "all", model], False),
-    "extract": (lambda model, out: ["extract", model, *_io_names(model), "-o", out], True),
+    "extract": (lambda model, out: ["extract", model, *_io_names(model), *_data(model, "--input-data"), "-o", out],
+                True),
     "shapes": (lambda model, out: ["shapes", model, "-o", out], True),
-    "compress": (lambda model, out: ["compress", model, "-o", out, "--strategy", "int8", "--bench-runs", "0"], True),
+    "compress": (lambda model, out: ["compress", model, "-o", out, *_strategy(model), *_data(model, "--inputs"),
+                                     "--bench-runs", "0"], True),
     "profile": (lambda model, out: ["profile", model], False),
-    "bench": (lambda model, out: ["bench", model, "--runs", "1", "--warmup", "0"], False),
+    "bench": (lambda model, out: ["bench", model, "--runs", "1", "--warmup", "0", *_data(model, "--inputs")], False),
     "memory": (lambda model, out: ["memory", model], False),
     "compute-graph": (lambda model, out: ["compute-graph", model, "-o", out, "--shape-engine",
                                           out + ".json"], True),
 }
+def _data(model: str, option: str) -> list[str]:
+    """``option INPUTS_FILE`` when the case has one beside the model (a FIFO or a dangling link counts)."""
+    path = os.path.join(os.path.dirname(model), INPUTS_FILE)
+    return [option, path] if os.path.lexists(path) else []
+
+
+def _strategy(model: str) -> list[str]:
+    """static-int8 calibrated on the case's CALIBRATION_DIR when it has one, else weight-only int8."""
+    folder = os.path.join(os.path.dirname(model), CALIBRATION_DIR)
+    if os.path.isdir(folder):
+        return ["--strategy", "static-int8", "--calibration", folder]
+    return ["--strategy", "int8"]
+
+
 def _io_names(model: str) -> list[str]:
     """``--inputs`` (every graph input) and ``--outputs`` (the first output) of the model when it parses, else
     names it does not have (the command must then fail cleanly)."""

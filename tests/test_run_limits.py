@@ -1,0 +1,170 @@
+"""No hangs, no bombs, no exit 3 (issue 24, item 3), through the installed console script in a subprocess capped
+at 4 GiB of address space (tests/hostile/runner.py's jail):
+
+- a signal stops an onnxruntime run at once (a Loop of 2**40 trips; the run time limit is left at its default of
+  600 s): exit 130/143 and one line, not after the time limit, and no abort at exit;
+- every compression strategy refuses a model whose local functions expand to 2**30 nodes before it starts (fp16 and
+  dynamic-int8 ran onnx's shape inference on it for minutes);
+- an ``.npz`` that really inflates past the memory budget is refused from its headers, before anything is inflated,
+  wherever the user names one (``--inputs``, ``--calibration``);
+- a MemoryError is one line and exit 2, not "internal error" and exit 3.
+
+The hostile corpus (tests/hostile/data_files.py) covers the other data files: named pipes, devices, huge headers,
+pickles, a calibration set the model loops on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from hostile.data_files import inflating_npz
+from hostile.runner import GSREWRITE, limit_address_space
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _vi(name: str, shape: list[int], elem: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _save(folder: Path, graph: onnx.GraphProto, name: str = "m.onnx", **kwargs: object) -> Path:
+    model = helper.make_model(graph, ir_version=8, **kwargs)  # type: ignore[arg-type]
+    if not kwargs.get("opset_imports"):
+        del model.opset_import[:]
+        model.opset_import.append(helper.make_opsetid("", 17))
+    onnx.save(model, folder / name)
+    return folder / name
+
+
+def _loop_model(folder: Path) -> Path:
+    """y = x + 1, 2**40 times (a Loop with a constant trip count and a constant-true condition)."""
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Add", ["v", "one"], ["w"])],
+                             "body", [_vi("i", [], TensorProto.INT64), _vi("c", [], TensorProto.BOOL), _vi("v", [])],
+                             [_vi("c2", [], TensorProto.BOOL), _vi("w", [])])
+    inits = [numpy_helper.from_array(np.array(2**40, np.int64), "n"), numpy_helper.from_array(np.array(True), "t"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one")]
+    graph = helper.make_graph([helper.make_node("Loop", ["n", "t", "x"], ["y"], body=body)], "g", [_vi("x", [])],
+                              [_vi("y", [])], inits)
+    return _save(folder, graph)
+
+
+def _matmul_model(folder: Path) -> Path:
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [_vi("x", [1, 4])],
+                              [_vi("y", [1, 4])], [w])
+    return _save(folder, graph)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GSREWRITE_")}  # the default run time limit
+
+
+def _jailed(*args: str | Path, cwd: Path, timeout: float = 60) -> tuple[int, str, float]:
+    start = time.monotonic()
+    done = subprocess.run([str(GSREWRITE), *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=limit_address_space, env=_env(), stdin=subprocess.DEVNULL)
+    return done.returncode, done.stderr, time.monotonic() - start
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr and "internal error" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(("command", "signum", "code", "line"), [
+    (["validate", "m.onnx", "m.onnx"], signal.SIGTERM, 143, "terminated"),
+    (["bench", "m.onnx"], signal.SIGINT, 130, "interrupted"),
+])
+def test_a_signal_stops_an_onnxruntime_run_at_once(tmp_path: Path, command: list[str], signum: int, code: int,
+                                                     line: str) -> None:
+    """Before: the run went on in native code (no Python signal handler runs there) until the 600 s limit; a
+    signal that another thread received did not wake the waiting thread either."""
+    _loop_model(tmp_path)
+    process = subprocess.Popen([str(GSREWRITE), "-vv", *command], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                               env=_env(), stdin=subprocess.DEVNULL, preexec_fn=limit_address_space)
+    try:
+        assert process.stderr is not None
+        for text in process.stderr:  # -vv logs the session's creation: the run starts right after it
+            if "session created" in text:
+                break
+        time.sleep(1.0)
+        assert process.poll() is None, "the run ended by itself"
+        sent = time.monotonic()
+        process.send_signal(signum)
+        returncode = process.wait(timeout=20)
+        waited = time.monotonic() - sent
+        rest = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert returncode == code, rest  # not 134: the process did not abort under a run still going
+    assert rest.strip().splitlines()[-1] == line and "terminate called" not in rest, rest
+    assert waited < 5, waited
+
+
+def _function_bomb(folder: Path) -> Path:
+    """f0 calls f1 twice, ... 30 levels deep: 2**30 Relu nodes once expanded."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    functions = [helper.make_function("local", f"f{i}", ["a"], ["b"], [
+        helper.make_node(f"f{i + 1}", ["a"], ["m"], domain="local"),
+        helper.make_node(f"f{i + 1}", ["m"], ["b"], domain="local")], opsets) for i in range(30)]
+    functions.append(helper.make_function("local", "f30", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                                          opsets[:1]))
+    graph = helper.make_graph([helper.make_node("f0", ["x"], ["y"], domain="local")], "g", [_vi("x", [4])],
+                              [_vi("y", [4])])
+    return _save(folder, graph, functions=functions, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("strategy", ["fp16", "dynamic-int8", "bf16", "int8", "int4", "static-int8"])
+def test_every_strategy_refuses_a_function_bomb_before_it_starts(tmp_path: Path, strategy: str) -> None:
+    """fp16 and dynamic-int8 hung (onnx's shape inference expanded the functions); --no-validate: the refusal
+    must not depend on validation's own check."""
+    _function_bomb(tmp_path)
+    code, stderr, seconds = _jailed("compress", "m.onnx", "-o", "out.onnx", "-s", strategy, "--no-validate",
+                                    "--bench-runs", "0", cwd=tmp_path)
+    assert code == 2 and "expand to more than 1,000,000 nodes" in _one_line(stderr), stderr
+    assert not (tmp_path / "out.onnx").exists()
+    assert seconds < 20
+
+
+@pytest.mark.parametrize("where", ["validate --inputs", "bench --inputs", "compress --calibration DIR"])
+def test_an_npz_inflating_past_the_budget_is_refused_before_it_is_inflated(tmp_path: Path, where: str) -> None:
+    """A 3.7 MB archive whose member inflates to 3.5 GiB (over the memory budget under the 4 GiB cap): refused from
+    its headers in about the time the command takes to start. Before: inflated whole (validate: exit 2 after
+    that; bench: exit 3 on the CRC; compress: a MemoryError, exit 3)."""
+    _matmul_model(tmp_path)
+    bomb = inflating_npz(7 << 27)
+    assert len(bomb) < 4 << 20
+    (tmp_path / "calibration").mkdir()
+    (tmp_path / "calibration" / "a.npz").write_bytes(bomb)
+    args = {"validate --inputs": ["validate", "m.onnx", "m.onnx", "--inputs", "calibration/a.npz"],
+            "bench --inputs": ["bench", "m.onnx", "--inputs", "calibration/a.npz", "--runs", "1"],
+            "compress --calibration DIR": ["compress", "m.onnx", "-o", "out.onnx", "-s", "static-int8",
+                                           "--calibration", "calibration", "--bench-runs", "0"]}[where]
+    code, stderr, seconds = _jailed(*args, cwd=tmp_path)
+    assert code == 2 and "over the memory budget" in _one_line(stderr), stderr
+    assert "nothing was read" in stderr and seconds < 15, (seconds, stderr)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_memory_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """--max-memory lets through an array of 4 GiB (headers and zip directory agree; the data is cut short), which
+    cannot be allocated under the 4 GiB cap: numpy's MemoryError was "internal error", exit 3."""
+    from hostile.data_files import _npy, _npz
+
+    _matmul_model(tmp_path)
+    elements = ((1 << 32) - 4096) // 4
+    member = _npy((elements,), bytes(4096))
+    declared = len(member) - 4096 + 4 * elements
+    (tmp_path / "x.npz").write_bytes(_npz({"x.npy": member}, {"x.npy": declared}))
+    code, stderr, _ = _jailed("validate", "m.onnx", "m.onnx", "--inputs", "x.npz", "--max-memory", "100GB",
+                              cwd=tmp_path)
+    assert code == 2 and _one_line(stderr).startswith("error: out of memory"), stderr
