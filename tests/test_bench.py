@@ -170,7 +170,7 @@ def test_the_library_budgets_warm_up_and_timed_rounds(monkeypatch) -> None:
 
     class Slow:
         last_seconds = 1.0
-        input_names = ["x"]
+        input_names = ("x",)
 
         def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             clock[0] += 1.0

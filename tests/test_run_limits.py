@@ -16,8 +16,10 @@ pickles, a calibration set the model loops on.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -44,8 +46,9 @@ def _save(folder: Path, graph: onnx.GraphProto, name: str = "m.onnx", **kwargs: 
 
 def _loop_model(folder: Path) -> Path:
     """y = x + 1, 2**40 times (a Loop with a constant trip count and a constant-true condition)."""
-    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Add", ["v", "one"], ["w"])],
-                             "body", [_vi("i", [], TensorProto.INT64), _vi("c", [], TensorProto.BOOL), _vi("v", [])],
+    nodes = [helper.make_node("Identity", ["c"], ["c2"]), helper.make_node("Add", ["v", "one"], ["w"])]
+    body = helper.make_graph(nodes, "body",
+                             [_vi("i", [], TensorProto.INT64), _vi("c", [], TensorProto.BOOL), _vi("v", [])],
                              [_vi("c2", [], TensorProto.BOOL), _vi("w", [])])
     inits = [numpy_helper.from_array(np.array(2**40, np.int64), "n"), numpy_helper.from_array(np.array(True), "t"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one")]
@@ -89,22 +92,30 @@ def test_a_signal_stops_an_onnxruntime_run_at_once(tmp_path: Path, command: list
     _loop_model(tmp_path)
     process = subprocess.Popen([str(GSREWRITE), "-vv", *command], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
                                env=_env(), stdin=subprocess.DEVNULL, preexec_fn=limit_address_space)
-    try:
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
         assert process.stderr is not None
-        for text in process.stderr:  # -vv logs the session's creation: the run starts right after it
-            if "session created" in text:
-                break
+        for text in process.stderr:
+            lines.put(text)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while "session created" not in lines.get(timeout=max(deadline - time.monotonic(), 0.1)):
+            pass  # -vv logs the session's creation: the run starts right after it
         time.sleep(1.0)
         assert process.poll() is None, "the run ended by itself"
         sent = time.monotonic()
         process.send_signal(signum)
         returncode = process.wait(timeout=20)
         waited = time.monotonic() - sent
-        rest = process.stderr.read()
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+    time.sleep(0.2)  # the reader thread takes the last lines
+    rest = "".join(lines.queue)
     assert returncode == code, rest  # not 134: the process did not abort under a run still going
     assert rest.strip().splitlines()[-1] == line and "terminate called" not in rest, rest
     assert waited < 5, waited

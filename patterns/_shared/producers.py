@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from gsrewrite.plugin_api import legalize
@@ -87,8 +88,8 @@ def stand_in(tensor: gs.Variable, sizes: dict[str, int], default: tuple[int, ...
     return np.zeros(shape, dtype=np.dtype(tensor.dtype) if tensor.dtype is not None else np.int64)
 
 
-def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output: gs.Tensor) -> bytes:
-    """``nodes`` alone as a serialized model computing ``output`` (copied: the graph is not touched)."""
+def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output: gs.Tensor) -> onnx.ModelProto:
+    """``nodes`` alone as a model computing ``output`` (copied: the graph is not touched)."""
     env: dict[int, gs.Tensor] = {}
 
     def copy(tensor: gs.Tensor) -> gs.Tensor:
@@ -111,10 +112,11 @@ def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output
     model = gs.export_onnx(sub, do_type_check=False)
     model.ir_version = min(model.ir_version, 8)
     del model.graph.value_info[:]
-    return model.SerializeToString()
+    return model
 
 
-def evaluator(model: bytes, what: str = "the computation") -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+def evaluator(model: onnx.ModelProto | bytes, what: str = "the computation"
+              ) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
     """A function computing the single output of ``model`` for feeds (one onnxruntime session from gsrewrite's
     runner: no graph optimizations, each run under the run time limit); it and its calls raise NotProven on
     failure."""
@@ -134,6 +136,6 @@ def evaluator(model: bytes, what: str = "the computation") -> Callable[[dict[str
     return evaluate
 
 
-def run(model: bytes, feeds: dict[str, np.ndarray], what: str = "the computation") -> np.ndarray:
+def run(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray], what: str = "the computation") -> np.ndarray:
     """The single output of ``model`` on ``feeds`` (onnxruntime, no graph optimizations); NotProven on failure."""
     return evaluator(model, what)(feeds)
