@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -179,7 +180,7 @@ def test_the_library_budgets_warm_up_and_timed_rounds(monkeypatch) -> None:
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr(bench_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(bench_module, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     monkeypatch.setattr(bench_module, "session", lambda *args, **kwargs: Slow())
     model, _ = _matmul_model(4, 4)
     result = bench_module.bench([("m", model)], inputs={"x": np.ones((1, 4), np.float32)}, time_budget=10.0)
