@@ -37,10 +37,10 @@ from gsrewrite.registry import NamedRegistry
 from gsrewrite.stages import stage
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
+from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
     from gsrewrite.validation import Validator
-from gsrewrite.validation.runner import time_limited_runs
 
 log = logging.getLogger(__name__)
 

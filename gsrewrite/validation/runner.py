@@ -1,11 +1,7 @@
-"""onnxruntime sessions and runs: the one place gsrewrite creates a session (:func:`create_session`, for validation,
-the shape check, extract's check, calibration and plugins' checks; with :class:`BenchSettings` for timing) and runs
-it (:meth:`Session.run`).
-
-Every run is under the same time limit (:func:`run_time_limit`, ``GSREWRITE_RUN_TIMEOUT``) and stops at once on
-Ctrl-C or SIGTERM: it runs in a worker thread while the calling thread waits, and either sets onnxruntime's
-``RunOptions.terminate``. :func:`time_limited_runs` extends both to the runs of libraries gsrewrite calls
-(onnxruntime's quantizer calibrating a model).
+"""onnxruntime sessions: the one place gsrewrite creates one (:func:`create_session`, for validation, the shape
+check, extract's check, calibration and plugins' checks; with :class:`BenchSettings` for timing) and runs it
+(:meth:`Session.run`: every run under the time limit and stopped by Ctrl-C or SIGTERM, see
+:mod:`gsrewrite.validation.run_limits`).
 
 Validation sessions: plain CPU execution, no graph optimizations, quiet logs. Graph optimizations are disabled
 so that onnxruntime's own fusions do not hide (or cause) differences between the two models. A model given as a
@@ -21,9 +17,8 @@ import contextvars
 import logging
 import os
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +32,7 @@ from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
+from gsrewrite.validation.run_limits import RunTimeLimitError, limited_run
 
 log = logging.getLogger(__name__)
 
@@ -139,63 +135,6 @@ class Session:
         self._keep.close()
 
 
-#: seconds between two looks for a signal while a run goes on
-_SIGNAL_POLL_S = 0.1
-
-
-class RunTimeLimitError(CannotValidateError):
-    """An onnxruntime run took longer than :func:`run_time_limit` and was stopped."""
-
-
-def limited_run(call: Callable[[Any], Any], what: str) -> tuple[Any, float]:
-    """``call(run_options)`` (one onnxruntime run) and onnxruntime's seconds for it, stopped through
-    ``run_options.terminate`` after :func:`run_time_limit` seconds (:class:`RunTimeLimitError`, naming ``what``)
-    or when the calling thread is interrupted (Ctrl-C, SIGTERM: raised once the run has stopped).
-
-    The run goes to a worker thread and the calling thread waits for it: a thread blocked in onnxruntime's native
-    code runs no Python signal handler, so a run in the main thread could not be interrupted (SIGTERM waited for
-    the time limit). The worker costs what the timer thread it replaces cost (~0.1 ms).
-    """
-    options = _quiet_run()
-    limit = run_time_limit()
-    outcome: dict[str, Any] = {}
-    done = threading.Event()
-
-    def work() -> None:
-        start = time.perf_counter()
-        try:
-            outcome["value"] = call(options)
-        except BaseException as exc:  # handed to the waiting thread
-            outcome["error"] = exc
-        finally:
-            outcome["seconds"] = time.perf_counter() - start
-            done.set()
-
-    # waited for through an Event, not Thread.join: CPython 3.11's join, interrupted by a signal, marks a thread
-    # that is still running as stopped (and the process then ended with onnxruntime still running: abort)
-    worker = threading.Thread(target=work, name="gsrewrite-onnxruntime-run", daemon=True)
-    deadline = time.monotonic() + limit
-    try:
-        worker.start()
-        # short waits: a signal the OS hands to another thread (onnxruntime's pool, the worker) does not wake
-        # this one, but its handler runs here at the end of the wait it fell in
-        while not done.wait(min(_SIGNAL_POLL_S, max(deadline - time.monotonic(), 0.0))) \
-                and time.monotonic() < deadline:
-            pass
-    finally:  # out of time, or interrupted while waiting: stop the run and wait for onnxruntime to let go
-        timed_out = not done.is_set()
-        if timed_out:
-            options.terminate = True
-            while worker.ident is not None and not done.wait(_SIGNAL_POLL_S):  # ident: the thread started
-                pass
-    if "error" in outcome:
-        if timed_out:
-            raise RunTimeLimitError(f"{what} ran longer than {limit:g} s in onnxruntime and was stopped "
-                                    f"({RUN_TIMEOUT_ENV}=SECONDS sets the limit)")
-        raise outcome["error"]
-    return outcome["value"], outcome["seconds"]
-
-
 @contextlib.contextmanager
 def open_session(source: ModelSource, providers: Sequence[str] | None = None,
                  reuse_memory: bool = True, *, bench: BenchSettings | None = None) -> Iterator[Session]:
@@ -284,49 +223,6 @@ def _bench_options(settings: BenchSettings) -> Any:
     if settings.optimized_path is not None:
         options.optimized_model_filepath = settings.optimized_path
     return options
-
-
-_patch_lock = threading.Lock()
-_patch_depth = 0
-
-
-@contextlib.contextmanager
-def time_limited_runs(what: str = "a model") -> Iterator[None]:
-    """Within: every onnxruntime run that brings no ``RunOptions`` of its own (a library's: onnxruntime's
-    quantizer calibrating a model, a plugin's session) runs as :meth:`Session.run` does, under
-    :func:`run_time_limit` and stopped by Ctrl-C; on the limit it raises :class:`RunTimeLimitError` naming
-    ``what`` (the outermost block's).
-
-    ``InferenceSession.run`` is wrapped for the block (in every thread: a run elsewhere that brings no options gets
-    the limit too, which is what gsrewrite wants of every run) and restored after the outermost block."""
-    import onnxruntime as ort
-
-    global _patch_depth
-    cls = ort.InferenceSession
-    with _patch_lock:
-        if _patch_depth == 0:
-            original = cls.run
-            own = "run" in cls.__dict__  # else inherited (from onnxruntime's Session): deleted afterwards
-
-            def run(self: Any, output_names: Any, input_feed: Any, run_options: Any = None) -> Any:
-                if run_options is not None:
-                    return original(self, output_names, input_feed, run_options)
-                return limited_run(lambda options: original(self, output_names, input_feed, options), what)[0]
-
-            run.restore = (original if own else None)  # type: ignore[attr-defined]
-            cls.run = run  # type: ignore[method-assign]
-        _patch_depth += 1
-    try:
-        yield
-    finally:
-        with _patch_lock:
-            _patch_depth -= 1
-            if _patch_depth == 0:
-                restore = cls.run.restore  # type: ignore[attr-defined]
-                if restore is None:
-                    del cls.run
-                else:
-                    cls.run = restore  # type: ignore[method-assign]
 
 
 def cannot_validate(reason: str) -> CannotValidateError:
@@ -449,31 +345,6 @@ def serialize(model: onnx.ModelProto) -> bytes | None:
     except (EncodeError, ValueError):  # over the limit after all (e.g. tensors stored as float_data)
         return None
     return data if len(data) <= MAX_PROTOBUF_BYTES else None
-
-
-#: Environment variable: seconds one onnxruntime run may take, anywhere (validation, bench, the shape check,
-#: calibration, ...; default :data:`DEFAULT_RUN_TIMEOUT`); a run that takes longer (a Loop with 2**62 trips) is
-#: stopped, and the command fails with one line (exit 2).
-RUN_TIMEOUT_ENV = "GSREWRITE_RUN_TIMEOUT"
-DEFAULT_RUN_TIMEOUT = 600.0
-
-
-def run_time_limit() -> float:
-    """Seconds one onnxruntime run may take (:data:`RUN_TIMEOUT_ENV`, else :data:`DEFAULT_RUN_TIMEOUT`)."""
-    try:
-        value = float(os.environ.get(RUN_TIMEOUT_ENV, DEFAULT_RUN_TIMEOUT))
-    except ValueError:
-        return DEFAULT_RUN_TIMEOUT
-    return value if 0 < value < float("inf") else DEFAULT_RUN_TIMEOUT
-
-
-def _quiet_run() -> Any:
-    """Run options without onnxruntime's own error log: a failure is raised, and reported, by the caller."""
-    import onnxruntime as ort
-
-    options = ort.RunOptions()
-    options.log_severity_level = 4
-    return options
 
 
 def _as_output(value: Any) -> Any:
