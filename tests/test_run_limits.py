@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from hostile.data_files import inflating_npz
+from hostile.data_files import inflating_npz, npy_stream, npz_bytes
 from hostile.runner import GSREWRITE, limit_address_space
 from onnx import TensorProto, helper, numpy_helper
 
@@ -169,13 +169,11 @@ def test_an_npz_inflating_past_the_budget_is_refused_before_it_is_inflated(tmp_p
 def test_memory_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     """--max-memory lets through an array of 4 GiB (headers and zip directory agree; the data is cut short), which
     cannot be allocated under the 4 GiB cap: numpy's MemoryError was "internal error", exit 3."""
-    from hostile.data_files import _npy, _npz
-
     _matmul_model(tmp_path)
     elements = ((1 << 32) - 4096) // 4
-    member = _npy((elements,), bytes(4096))
+    member = npy_stream((elements,), bytes(4096))
     declared = len(member) - 4096 + 4 * elements
-    (tmp_path / "x.npz").write_bytes(_npz({"x.npy": member}, {"x.npy": declared}))
+    (tmp_path / "x.npz").write_bytes(npz_bytes({"x.npy": member}, {"x.npy": declared}))
     code, stderr, _ = _jailed("validate", "m.onnx", "m.onnx", "--inputs", "x.npz", "--max-memory", "100GB",
                               cwd=tmp_path)
     assert code == 2 and _one_line(stderr).startswith("error: out of memory"), stderr

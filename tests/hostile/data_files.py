@@ -39,14 +39,14 @@ def _matmul_model() -> object:
     return model(graph([node("MatMul", ["x", "w"], ["y"])], [vi("x", [1, 4])], [vi("y", [1, 4])], [w]))
 
 
-def _npy(shape: tuple[int, ...], payload: bytes = b"", descr: str = "<f4") -> bytes:
+def npy_stream(shape: tuple[int, ...], payload: bytes = b"", descr: str = "<f4") -> bytes:
     """An .npy stream: the header declaring ``shape`` and ``descr``, then ``payload`` (possibly short)."""
     buffer = io.BytesIO()
     np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
     return buffer.getvalue() + payload
 
 
-def _npz(members: dict[str, bytes], declared: dict[str, int] | None = None) -> bytes:
+def npz_bytes(members: dict[str, bytes], declared: dict[str, int] | None = None) -> bytes:
     """A deflated zip of ``members``; ``declared``: member -> the uncompressed size its zip headers claim
     (patched in the local header and the central directory: the inflated size a reader would expect)."""
     buffer = io.BytesIO()
@@ -66,7 +66,7 @@ def _npz(members: dict[str, bytes], declared: dict[str, int] | None = None) -> b
 
 def _bomb_member(elements: int) -> tuple[bytes, int]:
     """An .npy member declaring ``elements`` float32 (header and zip directory agree), 1 MiB of it stored."""
-    data = _npy((elements,), bytes(1 << 20))
+    data = npy_stream((elements,), bytes(1 << 20))
     return data, len(data) - (1 << 20) + 4 * elements
 
 
@@ -74,7 +74,7 @@ def inflating_npz(elements: int, name: str = "x") -> bytes:
     """An .npz whose one member, ``name``.npy, really inflates to ``elements`` float32 zeros (not truncated: a
     reader inflates all of it; only its CRC, checked after that, is left at 0): about 1 KB per MiB, made in
     milliseconds by repeating one deflate block (the compressor is flushed to a fresh state after each MiB)."""
-    header, mib = _npy((elements,)), 1 << 20
+    header, mib = npy_stream((elements,)), 1 << 20
     assert (4 * elements) % mib == 0
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
     first = deflate.compress(header + bytes(mib)) + deflate.flush(zlib.Z_FULL_FLUSH)
@@ -143,7 +143,7 @@ def _inputs_directory(folder: Path) -> None:
             "follow", _REFUSED)
 def _inputs_huge_header(folder: Path) -> None:
     _with_model(folder)
-    _write_bytes(folder / INPUTS_FILE, _npz({"x.npy": _npy((2**40, 64), bytes(64))}))
+    _write_bytes(folder / INPUTS_FILE, npz_bytes({"x.npy": npy_stream((2**40, 64), bytes(64))}))
 
 
 @_data_case("data_inputs_inflation_bomb", "inputs.npz: x.npy declares 3.5 GiB in its header and zip directory "
@@ -151,7 +151,7 @@ def _inputs_huge_header(folder: Path) -> None:
 def _inputs_bomb(folder: Path) -> None:
     _with_model(folder)
     data, size = _bomb_member(7 << 27)
-    _write_bytes(folder / INPUTS_FILE, _npz({"x.npy": data}, {"x.npy": size}))
+    _write_bytes(folder / INPUTS_FILE, npz_bytes({"x.npy": data}, {"x.npy": size}))
 
 
 @_data_case("data_inputs_pickle", "inputs.npz: x.npy holds an object array (a pickle)", _REFUSED, ("bench",))
@@ -159,13 +159,13 @@ def _inputs_pickle(folder: Path) -> None:
     _with_model(folder)
     buffer = io.BytesIO()
     np.save(buffer, np.array([{"boom": 1}], dtype=object), allow_pickle=True)
-    _write_bytes(folder / INPUTS_FILE, _npz({"x.npy": buffer.getvalue()}))
+    _write_bytes(folder / INPUTS_FILE, npz_bytes({"x.npy": buffer.getvalue()}))
 
 
 @_data_case("data_inputs_not_npy", "inputs.npz: the member x.npy is not an .npy stream", _REFUSED, ("compress",))
 def _inputs_not_npy(folder: Path) -> None:
     _with_model(folder)
-    _write_bytes(folder / INPUTS_FILE, _npz({"x.npy": b"just text, no magic"}))
+    _write_bytes(folder / INPUTS_FILE, npz_bytes({"x.npy": b"just text, no magic"}))
 
 
 # --- --calibration ----------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def _calibration_fifo(folder: Path) -> None:
             _CALIBRATION_REFUSED)
 def _calibration_huge(folder: Path) -> None:
     _with_model(folder)
-    _write_bytes(_calibration(folder) / "a.npz", _npz({"x.npy": _npy((2**40, 64), bytes(64))}))
+    _write_bytes(_calibration(folder) / "a.npz", npz_bytes({"x.npy": npy_stream((2**40, 64), bytes(64))}))
 
 
 @_data_case("data_calibration_over_budget", "calibration/: four files of 0.5 GiB each as declared (headers and "
@@ -192,7 +192,7 @@ def _calibration_budget(folder: Path) -> None:
     calibration = _calibration(folder)
     data, size = _bomb_member(1 << 27)
     for index in range(4):
-        _write_bytes(calibration / f"{index}.npz", _npz({"x.npy": data}, {"x.npy": size}))
+        _write_bytes(calibration / f"{index}.npz", npz_bytes({"x.npy": data}, {"x.npy": size}))
 
 
 @_data_case("data_calibration_dev_zero", "calibration/a.npz is a symlink to /dev/zero", _CALIBRATION_REFUSED)
