@@ -186,3 +186,22 @@ def test_the_library_budgets_warm_up_and_timed_rounds(monkeypatch) -> None:
     result = bench_module.bench([("m", model)], inputs={"x": np.ones((1, 4), np.float32)}, time_budget=10.0)
     assert (result.warmup, result.runs, result.cut_short) == (2, 8, True)
     assert result.timings[0].times == [1.0] * 8
+
+
+def test_a_decoder_is_timed_at_a_decode_step_and_a_prefill_with_tokens_per_second() -> None:
+    """The installed script on a KV-cache export: a decode step (1 token over --past cached ones: the mask spans
+    both, positions follow the past) and a prefill (--new-tokens, no past), tokens per second beside ms."""
+    model = Path(__file__).parent / "fixtures" / "models" / "llama.dynamo_kv.onnx"
+    done = subprocess.run([str(GSREWRITE), "bench", str(model), "--past", "24", "--new-tokens", "6", "--runs", "2",
+                           "--warmup", "0", "--input-shape", "batch=1", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    phases = json.loads(done.stdout)["phases"]
+    decode, prefill = phases["decode"], phases["prefill"]
+    assert decode["inputs"]["input_ids"] == [1, 1] and decode["inputs"]["attention_mask"] == [1, 25]
+    assert decode["inputs"]["past_key_values.0.key"][2] == 24 and decode["past"] == 24 and decode["tokens"] == 1
+    assert prefill["inputs"]["input_ids"] == [1, 6] and prefill["inputs"]["past_key_values.0.key"][2] == 0
+    assert prefill["tokens"] == 6 and prefill["runs"] == 2
+    for phase in (decode, prefill):
+        ms = phase["models"][0]["min_ms"]
+        assert abs(phase["tokens_per_s"][0] - phase["tokens"] / (ms / 1000)) < 0.01 * phase["tokens_per_s"][0]
