@@ -87,12 +87,9 @@ def bench_inputs(model: onnx.ModelProto, given: str | os.PathLike[str] | Mapping
                  input_shapes: Any = None, seed: int = 0) -> dict[str, np.ndarray]:
     """The feed: given (an .npz path or a dict) or generated at the sample size (sizes checked against the
     memory budget before anything is allocated)."""
-    from gsrewrite.validation.input_sets import fit_budget
+    from gsrewrite.validation.input_sets import sample_size
     from gsrewrite.validation.inputs import generate_inputs, plan_inputs
-    from gsrewrite.validation.memory import default_budget
-    from gsrewrite.validation.shapes import resolve_shapes
     from gsrewrite.validation.signature import model_inputs
-    from gsrewrite.validation.sizes import SizeSet
 
     if given is not None and not isinstance(given, Mapping):
         from gsrewrite.validation.npz_files import load_npz
@@ -100,17 +97,9 @@ def bench_inputs(model: onnx.ModelProto, given: str | os.PathLike[str] | Mapping
         return load_npz(given)  # a regular file, every array sized from its header before it is read
     if isinstance(given, Mapping):
         return dict(given)
-    from gsrewrite.validation.dims import input_dims
-
     specs = model_inputs(model)
-    try:
-        dims = input_dims(model, input_shapes, specs)
-        bindings = dims.sample_bindings()
-        sample, start = dims.shapes(bindings), dims.positions_start(bindings)
-    except InputDataError:  # dims the relations cannot size (no shape): the plain rules say what is missing
-        sample, start = resolve_shapes(specs, input_shapes), 0
-    fit_budget(model, specs, [SizeSet("sample", sample)], default_budget())
-    return generate_inputs(plan_inputs(model, specs, sample, positions_start=start), seed)
+    size = sample_size(model, specs, input_shapes)
+    return generate_inputs(plan_inputs(model, specs, size.shapes, positions_start=size.positions_start), seed)
 
 
 @dataclass
@@ -140,7 +129,7 @@ def decoder_phases(model: onnx.ModelProto, input_shapes: Any = None, *, past: in
     if past < 0 or new_tokens < 1:
         raise UsageError("--past must be at least 0 and --new-tokens at least 1")
     specs = model_inputs(model)
-    dims = input_dims(model, input_shapes, specs)
+    dims = input_dims(model, input_shapes, specs).variants()[0]
     if not dims.is_decoder:
         return None
     base = dims.sample_bindings()

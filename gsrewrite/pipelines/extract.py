@@ -78,18 +78,14 @@ def _load(path: str | os.PathLike) -> onnx.ModelProto:
 def _feeds(model: onnx.ModelProto, input_shapes: Any, given: str | os.PathLike | None) -> dict[str, np.ndarray]:
     """Inputs of the full model: given, or generated at the sample size when its estimated peak memory fits the
     budget validation uses (sizes are checked before anything is allocated)."""
-    from gsrewrite.validation.input_sets import build_set, fit_budget
-    from gsrewrite.validation.memory import default_budget
+    from gsrewrite.validation.input_sets import build_set, sample_size
     from gsrewrite.validation.npz_files import load_npz
-    from gsrewrite.validation.shapes import resolve_shapes
     from gsrewrite.validation.signature import model_inputs
-    from gsrewrite.validation.sizes import SizeSet
 
     if given is not None:
         return load_npz(given)
     specs = model_inputs(model)
-    sample = fit_budget(model, specs, [SizeSet("sample", resolve_shapes(specs, input_shapes))], default_budget())
-    return build_set(model, specs, sample[0], 0, seed=0).feed(0)
+    return build_set(model, specs, sample_size(model, specs, input_shapes), 0, seed=0).feed(0)
 
 
 def _compare(original: onnx.ModelProto, sub: onnx.ModelProto, feeds: dict[str, np.ndarray], atol: float,

@@ -140,6 +140,12 @@ class InputDims:
             return None
         return _make(self.specs, self.dims, solved, self.fixed, self.whole, self.position_rows)
 
+    def variants(self) -> list[InputDims]:
+        """These dims with each relation the graph only suggests solved in (a decoder's mask over its past and
+        new tokens, most likely first), then as they are: the order in which to try them."""
+        found = [d for d in (self.with_suggestion(i) for i in range(len(self.solution.suggested))) if d is not None]
+        return [*found, self]
+
     def positions_start(self, bindings: Mapping[str, int]) -> int:
         """Where a decoder's new tokens start: the past length (0 for other models)."""
         return sum(size for name, size in bindings.items() if self.roles.get(name) == "past")

@@ -17,10 +17,12 @@ from typing import Any
 import numpy as np
 import onnx
 
+from gsrewrite.errors import InputDataError
+from gsrewrite.validation.dims import input_dims
 from gsrewrite.validation.given_inputs import describe_given
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, estimate_peak, format_bytes, input_bytes
-from gsrewrite.validation.shapes import resolve_shapes
+from gsrewrite.validation.shapes import ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import InputSpec, model_inputs
 from gsrewrite.validation.sizes import SizeSet
 
@@ -142,11 +144,25 @@ def _itemsize(spec: InputSpec) -> int:
         return 8
 
 
+def sample_size(model: onnx.ModelProto, specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None
+                ) -> SizeSet:
+    """Validation's sample size for one-shot inputs (bench, extract, calibration, shape checks): the dims as the
+    graph relates them (:mod:`gsrewrite.validation.dims`, the likeliest variant first), checked against the
+    memory budget before anything is allocated."""
+    try:
+        dims = input_dims(model, input_shapes, specs).variants()[0]
+        bindings = dims.sample_bindings()
+        size = SizeSet("sample", dims.shapes(bindings), bindings, dims.positions_start(bindings))
+    except InputDataError:  # dims the relations cannot size (an input without a shape): the plain rules say why
+        size = SizeSet("sample", resolve_shapes(specs, input_shapes))
+    fit_budget(model, specs, [size], default_budget())
+    return size
+
+
 def generated_inputs(model: onnx.ModelProto, count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
     """``count`` input sets for ``model`` at validation's sample sizes, drawn as validation draws them (for
     plugins that need inputs: a quantizer's calibration)."""
     specs = model_inputs(model)
-    # sizes are checked before anything is allocated: a run of the model at them must fit the memory budget
-    fit_budget(model, specs, [SizeSet("sample", resolve_shapes(specs))], default_budget())
-    plans = plan_inputs(model, specs)
+    size = sample_size(model, specs)
+    plans = plan_inputs(model, specs, size.shapes, positions_start=size.positions_start)
     return [generate_inputs(plans, seed + i, mask_offset=i) for i in range(count)]

@@ -229,9 +229,7 @@ def _attempts(dims: InputDims) -> list[tuple[InputDims, int]]:
     """The dims to generate inputs with, in the order tried: with each relation the graph suggests (a
     decoder's mask over its past and new tokens), then as they are; each at the default size of the other
     dims, then grown (GROWN_DEFAULTS)."""
-    variants = [d for d in (dims.with_suggestion(i) for i in range(len(dims.solution.suggested))) if d is not None]
-    variants.append(dims)
-    return [(variant, other) for other in GROWN_DEFAULTS for variant in variants]
+    return [(variant, other) for other in GROWN_DEFAULTS for variant in dims.variants()]
 
 
 def _size_entry(input_set: InputSet) -> dict[str, Any]:
