@@ -219,8 +219,9 @@ class Expr:
 _EXACT: frozenset[type] = frozenset({int, Expr})
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def sym(name: str) -> Expr:
-    """The dim named ``name``."""
+    """The dim named ``name`` (one object per name while it is in use: expressions are immutable)."""
     return Expr.atom(Sym(name))
 
 

@@ -9,29 +9,31 @@ source must be computed before the node that will read it, so that no cycle appe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.simplifier.symbolic import Dim
+from gsrewrite.graph.symdim import DimValue, symbol_name
+from gsrewrite.simplifier.symbolic import Origin, named
 
 
 class DimSources:
-    """Where each named dim occurs (first few tensors, in order), with the positions of the graph's nodes."""
+    """Where each named dim occurs (first few tensors, in order), with the positions of the graph's nodes;
+    ``origins`` (symbol -> tensor and axis) says where any other dim was read."""
 
     #: Occurrences remembered per dim name (the first ones: the earliest tensors).
     KEEP = 8
 
-    def __init__(self, graph: gs.Graph, position: dict[int, int]) -> None:
-        self._graph, self._position = graph, position
+    def __init__(self, graph: gs.Graph, position: dict[int, int], origins: Mapping[str, Origin]) -> None:
+        self._graph, self._position, self._origins = graph, position, origins
         self._occurrences: dict[str, list[tuple[gs.Tensor, int]]] | None = None
 
-    def read(self, elements: Sequence[int | Dim], start: int, before: int) -> tuple[gs.Tensor, list[int]] | None:
+    def read(self, elements: Sequence[DimValue], start: int, before: int) -> tuple[gs.Tensor, list[int]] | None:
         """The longest run of dims from ``elements[start]`` readable from one tensor computed before the
         node at position ``before``: (tensor, its axes), or None when the dim cannot be read anywhere."""
         names = []
         for element in elements[start:]:
-            name = _name(element)
+            name = named(element)
             if name is None:
                 break
             names.append(name)
@@ -42,9 +44,10 @@ class DimSources:
                 best = tensor, list(range(axis, axis + length))
         if best is not None:
             return best
-        element = elements[start]
-        if isinstance(element, Dim) and element.origin is not None and self._computed_before(element.origin[0], before):
-            return element.origin[0], [element.origin[1]]
+        symbol = symbol_name(elements[start])
+        origin = self._origins.get(symbol) if symbol is not None else None
+        if origin is not None and self._computed_before(origin[0], before):
+            return origin[0], [origin[1]]
         return None
 
     def _index(self) -> dict[str, list[tuple[gs.Tensor, int]]]:
@@ -71,8 +74,3 @@ def _run_length(tensor: gs.Tensor, axis: int, names: list[str]) -> int:
         length += 1
     return length
 
-
-def _name(element: int | Dim) -> str | None:
-    if isinstance(element, Dim) and isinstance(element.key, tuple) and element.key[0] == "name":
-        return element.key[1]
-    return None

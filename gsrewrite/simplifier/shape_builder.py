@@ -19,8 +19,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.rewiring import ConstantPool
+from gsrewrite.graph.symdim import DimValue
 from gsrewrite.simplifier.dim_sources import DimSources
-from gsrewrite.simplifier.symbolic import Dim
+from gsrewrite.simplifier.symbolic import ShapeValues
 
 #: Largest backward cone (shape-computation nodes) examined when counting the nodes a rebuild frees.
 _CONE_LIMIT = 64
@@ -49,18 +50,18 @@ class ShapeBuilder:
     """Builds shape vectors in ``graph``, sharing the ``Shape`` nodes it adds; ``added`` counts new nodes."""
 
     def __init__(self, graph: gs.Graph, pool: ConstantPool, names: Callable[[str], str],
-                 shape_tensors: Collection[int]) -> None:
+                 values: ShapeValues) -> None:
         self.graph, self.names, self._pool = graph, names, pool
-        self._shape_tensors = shape_tensors
+        self._shape_tensors: Collection[int] = values.values
         self.opset = int(graph.opset)
         self.added = 0
         self._cache: dict[tuple, gs.Tensor] = {}
         self._position = {id(n): i for i, n in enumerate(graph.nodes)}
         self._pending: dict[int, list[gs.Node]] = {}
         self._consumer: gs.Node | None = None
-        self._sources = DimSources(graph, self._position)
+        self._sources = DimSources(graph, self._position, values.origins)
 
-    def rebuild_all(self, requests: Sequence[tuple[gs.Node, int, Sequence[int | Dim]]]) -> int:
+    def rebuild_all(self, requests: Sequence[tuple[gs.Node, int, Sequence[DimValue]]]) -> int:
         """Make input ``index`` of each ``node`` the vector ``elements`` where that saves nodes overall.
 
         Readers of one target tensor that want the same vector are decided together (their old chain dies
@@ -80,13 +81,13 @@ class ShapeBuilder:
                 node.inputs[index] = tensor
         return sum(len(g.readers) for g in accepted)
 
-    def _groups(self, requests: Sequence[tuple[gs.Node, int, Sequence[int | Dim]]]) -> list[_Group]:
+    def _groups(self, requests: Sequence[tuple[gs.Node, int, Sequence[DimValue]]]) -> list[_Group]:
         groups: dict[tuple, _Group] = {}
         for node, index, elements in requests:
             parts = self._plan(elements, self._position[id(node)])
             if parts is None:
                 continue
-            key = (id(node.inputs[index]), tuple(e if isinstance(e, int) else e.key for e in elements))
+            key = (id(node.inputs[index]), tuple(elements))
             group = groups.setdefault(key, _Group(node.inputs[index], parts, []))
             group.readers.append((node, index))
         return list(groups.values())
@@ -117,7 +118,7 @@ class ShapeBuilder:
         self._pending.clear()
 
     # --- planning ---------------------------------------------------------------------------------------
-    def _plan(self, elements: Sequence[int | Dim], before: int) -> list[_Part] | None:
+    def _plan(self, elements: Sequence[DimValue], before: int) -> list[_Part] | None:
         """Constants and dim reads for ``elements``, readable by a node at position ``before``."""
         parts: list[_Part] = []
         i = 0

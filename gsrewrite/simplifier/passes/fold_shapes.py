@@ -1,6 +1,6 @@
 """``fold-shapes``: shape subgraphs (``Shape -> Gather/Slice -> Unsqueeze -> Concat -> Reshape``) folded.
 
-With the symbolic values of :mod:`gsrewrite.simplifier.symbolic`:
+With the symbolic values of :mod:`gsrewrite.simplifier.symbolic` (dims as :mod:`gsrewrite.graph.symdim` expressions):
 
 1. a shape tensor whose value is static (every dim it reads is known) becomes a constant, even when the
    tensor it measures has dynamic dims elsewhere;
@@ -24,9 +24,10 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.core import NameSource
 from gsrewrite.graph.rewiring import ConstantPool, is_standard
+from gsrewrite.graph.symdim import DimValue
 from gsrewrite.simplifier.passes.base import SimplifyPass
 from gsrewrite.simplifier.shape_builder import ShapeBuilder
-from gsrewrite.simplifier.symbolic import Dim, SymValue, dim_of, propagate
+from gsrewrite.simplifier.symbolic import Element, ShapeValues, SymValue, dim_of, named, propagate, readable
 
 
 class FoldShapes(SimplifyPass):
@@ -57,8 +58,8 @@ class FoldShapes(SimplifyPass):
         return count
 
 
-def _rebuild(graph: gs.Graph, pool: ConstantPool, names: NameSource, values: dict[int, SymValue],
-             requests: list[tuple[gs.Node, int, list[int | Dim]]]) -> int:
+def _rebuild(graph: gs.Graph, pool: ConstantPool, names: NameSource, values: ShapeValues,
+             requests: list[tuple[gs.Node, int, list[DimValue]]]) -> int:
     builder = ShapeBuilder(graph, pool, names, values)
     before = {id(node): node.inputs[1] for node, _, _ in requests}
     count = builder.rebuild_all(requests)
@@ -69,16 +70,17 @@ def _rebuild(graph: gs.Graph, pool: ConstantPool, names: NameSource, values: dic
     return count
 
 
-def _target(node: gs.Node, values: dict[int, SymValue]) -> list[int | Dim] | None:
-    """The new target of a Reshape/Expand whose target is computed at run time, when known."""
+def _target(node: gs.Node, values: ShapeValues) -> list[DimValue] | None:
+    """The new target of a Reshape/Expand whose target is computed at run time, when known: ints and dims a
+    ``Shape`` can read."""
     if not is_standard(node) or node.op not in _TARGETS or len(node.inputs) < 2 \
             or isinstance(node.inputs[1], gs.Constant):
         return None
-    value = values.get(id(node.inputs[1]))
+    value = values.get(node.inputs[1])
     return _TARGETS[node.op](node, value) if value is not None and not value.scalar else None
 
 
-def _after_rewrite(node: gs.Node, target: list[int | Dim]) -> None:
+def _after_rewrite(node: gs.Node, target: list[DimValue]) -> None:
     if node.op != "Reshape":
         return
     if 0 in target and node.attrs.get("allowzero", 0):
@@ -86,7 +88,7 @@ def _after_rewrite(node: gs.Node, target: list[int | Dim]) -> None:
     _refine_shape(node.outputs[0], node.inputs[0], target)
 
 
-def _static_tensors(graph: gs.Graph, values: dict[int, SymValue], pool: ConstantPool) -> int:
+def _static_tensors(graph: gs.Graph, values: ShapeValues, pool: ConstantPool) -> int:
     """Replace every read of a shape tensor whose value is static by a constant."""
     count = 0
     protected = {id(t) for t in graph.outputs}
@@ -94,7 +96,7 @@ def _static_tensors(graph: gs.Graph, values: dict[int, SymValue], pool: Constant
         if len(node.outputs) != 1:
             continue
         out = node.outputs[0]
-        value = values.get(id(out))
+        value = values.get(out)
         if value is None or not value.static or id(out) in protected or not out.outputs or not _fits(value, out):
             continue
         array = np.array(value.elements, dtype=np.dtype(out.dtype))
@@ -117,30 +119,35 @@ def _fits(value: SymValue, out: gs.Tensor) -> bool:
     return all(info.min <= e <= info.max for e in value.elements)  # type: ignore[operator]
 
 
-def _own_dim(element: object, x: gs.Tensor, axis: int) -> bool:
-    """True when ``element`` is provably dim ``axis`` of ``x``."""
-    if x.shape is None or axis >= len(x.shape) or not isinstance(element, Dim):
+def _own_dim(element: Element, x: gs.Tensor, axis: int) -> bool:
+    """True when ``element`` is provably dim ``axis`` of ``x`` (not a static size)."""
+    if x.shape is None or axis >= len(x.shape) or element is None or isinstance(element, int):
         return False
     return dim_of(x, axis) == element
 
 
-def _reshape_target(node: gs.Node, value: SymValue) -> list[int | Dim] | None:
+def _known(element: Element) -> bool:
+    """An int, or a dim a ``Shape`` can read; anything else (an expression, untracked) is left to ``-1``."""
+    return isinstance(element, int) or readable(element)
+
+
+def _reshape_target(node: gs.Node, value: SymValue) -> list[DimValue] | None:
     """The Reshape target with the input's own dims as ``0`` and one unknown entry as ``-1``."""
     x = node.inputs[0]
     if node.attrs.get("allowzero", 0) and 0 in value.elements:
         return None  # literal zeros: the input's dims cannot be written as 0
-    target: list[int | Dim | None] = [0 if _own_dim(e, x, axis) else e for axis, e in enumerate(value.elements)]
-    unknown = [i for i, e in enumerate(target) if e is None]
+    target: list[Element] = [0 if _own_dim(e, x, axis) else e for axis, e in enumerate(value.elements)]
+    unknown = [i for i, e in enumerate(target) if not _known(e)]
     if len(unknown) > 1 or (unknown and -1 in [e for e in target if isinstance(e, int)]):
         return None
     if not unknown and not all(isinstance(e, int) for e in target):
-        unresolved = [i for i, e in enumerate(target) if isinstance(e, Dim)]
+        unresolved = [i for i, e in enumerate(target) if not isinstance(e, int)]
         if len(unresolved) == 1 and -1 not in [e for e in target if isinstance(e, int)]:
             unknown = unresolved  # the only dim not known statically: Reshape infers it
     return [-1 if i in unknown else e for i, e in enumerate(target)]  # type: ignore[misc]
 
 
-def _refine_shape(out: gs.Tensor, x: gs.Tensor, target: list[int | Dim]) -> None:
+def _refine_shape(out: gs.Tensor, x: gs.Tensor, target: list[DimValue]) -> None:
     """Give a Reshape output the shape its new target implies when inference could not tell (the
     target was computed at run time), so that later passes see its rank and dims."""
     if out.shape is not None and all(d is not None for d in out.shape):
@@ -151,8 +158,8 @@ def _refine_shape(out: gs.Tensor, x: gs.Tensor, target: list[int | Dim]) -> None
             dims.append(x.shape[axis])
         elif isinstance(element, int) and element > 0:
             dims.append(element)
-        elif isinstance(element, Dim) and isinstance(element.key, tuple) and element.key[0] == "name":
-            dims.append(element.key[1])
+        elif named(element) is not None:
+            dims.append(named(element))
         else:
             dims.append(None)
     if out.shape is not None and len(out.shape) == len(dims):
@@ -160,10 +167,10 @@ def _refine_shape(out: gs.Tensor, x: gs.Tensor, target: list[int | Dim]) -> None
     out.shape = dims
 
 
-def _expand_target(node: gs.Node, value: SymValue) -> list[int | Dim] | None:
+def _expand_target(node: gs.Node, value: SymValue) -> list[DimValue] | None:
     """The Expand target with the input's own dims as ``1`` (broadcasting keeps them)."""
     x = node.inputs[0]
-    if x.shape is None or any(e is None for e in value.elements):
+    if x.shape is None or not all(_known(e) for e in value.elements):
         return None
     offset = len(value.elements) - len(x.shape)
     known = [e for e in value.elements if e is not None]  # all of them (checked above)

@@ -20,7 +20,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.rewiring import constant_ints, disconnect, drop_disconnected, is_standard, sole_reader
 from gsrewrite.simplifier.passes.base import SimplifyPass
-from gsrewrite.simplifier.symbolic import Dim, Element, SymValue, dim_of, propagate
+from gsrewrite.simplifier.symbolic import Element, ShapeValues, SymValue, dim_of, propagate, readable
 
 _REST = "rest"  # the -1 (or unknown) entry of the first Reshape
 
@@ -30,7 +30,7 @@ class MergeReshapeTranspose(SimplifyPass):
     description = "Turn Reshape -> Transpose -> Reshape that only regroups dims into one Transpose."
 
     def apply(self, graph: gs.Graph) -> int:
-        values: dict[int, SymValue] | None = None
+        values: ShapeValues | None = None
         count = 0
         for node in graph.nodes:
             chain = _chain(node, graph)
@@ -72,11 +72,11 @@ def _producer(tensor: gs.Tensor, op: str) -> gs.Node | None:
 
 
 def _single_transpose(first: gs.Node, transpose: gs.Node, second: gs.Node,
-                      values: dict[int, SymValue]) -> list[int] | None:
+                      values: ShapeValues) -> list[int] | None:
     x = first.inputs[0]
     if x.shape is None:
         return None
-    dims = [dim_of(x, i) for i in range(len(x.shape))]
+    dims: list[Element] = [dim_of(x, i) for i in range(len(x.shape))]
     groups = _groups(dims, _target(first, values, dims))
     if groups is None:
         return None
@@ -93,10 +93,11 @@ def _single_transpose(first: gs.Node, transpose: gs.Node, second: gs.Node,
     return [i for group in order for i in group]
 
 
-def _target(node: gs.Node, values: dict[int, SymValue], dims: list[Element]) -> list[Element] | None:
-    """A Reshape's target with ``0`` resolved against ``dims`` (the input's dims, None where unknown)."""
+def _target(node: gs.Node, values: ShapeValues, dims: list[Element]) -> list[Element] | None:
+    """A Reshape's target with ``0`` resolved against ``dims`` (the input's dims, None where unknown); an entry
+    that is neither an int nor one dim (untracked, an expression) is the one that takes the rest."""
     shape = node.inputs[1]
-    value = values.get(id(shape))
+    value = values.get(shape)
     if value is None and isinstance(shape, gs.Constant):
         ints = constant_ints(shape)
         value = SymValue(tuple(ints)) if ints is not None else None
@@ -109,7 +110,7 @@ def _target(node: gs.Node, values: dict[int, SymValue], dims: list[Element]) -> 
             e = dims[i] if i < len(dims) else None
             if e is None:
                 return None
-        out.append(_REST if e is None or e == -1 else e)  # type: ignore[arg-type]
+        out.append(_REST if e == -1 or not (isinstance(e, int) or readable(e)) else e)  # type: ignore[arg-type]
     return out if out.count(_REST) <= 1 else None  # type: ignore[arg-type]
 
 
@@ -144,8 +145,11 @@ def _match(dims: list[Element], target: list[Element]) -> list[list[int]] | None
             i += 1
             continue
         group, product = [], 1
-        while isinstance(entry, int) and i < len(dims) and isinstance(dims[i], int) and product < entry:
-            product *= dims[i]  # type: ignore[operator]
+        while isinstance(entry, int) and i < len(dims) and product < entry:
+            dim = dims[i]
+            if not isinstance(dim, int):
+                break
+            product *= dim
             group.append(i)
             i += 1
         if not group or product != entry:
@@ -155,7 +159,5 @@ def _match(dims: list[Element], target: list[Element]) -> list[list[int]] | None
 
 
 def _same(a: Element, b: Element) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return isinstance(a, Dim) and isinstance(b, Dim) and a == b
+    return a is not None and b is not None and a == b
 

@@ -1,0 +1,118 @@
+"""The values of shape arithmetic are symdim expressions (gsrewrite.simplifier.symbolic): sums and products of
+dims fold where they cancel or are provably never negative, and only exact arithmetic becomes a constant."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from gsrewrite.graph import symdim
+from gsrewrite.graph.conversion import to_graph
+from gsrewrite.simplifier.symbolic import propagate
+from gsrewrite.testing import model_from_text, op_counts
+
+INTS = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64), "two": np.array(2, np.int64),
+        "five": np.array(5, np.int64), "axes": np.array([0], np.int64), "minus_one": np.array([-1], np.int64)}
+
+
+def _values(text: str) -> dict[str, tuple]:
+    """Tensor name -> the elements ``propagate`` gives it."""
+    graph = to_graph(model_from_text(text, initializers=INTS))
+    values = propagate(graph)
+    return {t.name: values.get(t).elements for n in graph.nodes for t in n.outputs  # type: ignore[union-attr]
+            if values.get(t) is not None}
+
+
+def test_sum_of_dims_never_equals_minus_one(simplified):
+    """Whisper's legacy decoder tests [batch, seq, past + seq] against -1 (Where(Equal(t, -1), 1, t)): a sum of
+    dims is never negative, so the Equal folds (before, an arithmetic result was untracked and it stayed)."""
+    model = model_from_text("""
+    g (float[batch, seq] x, float[batch, past] p) => (float[batch, seq, total] y) {
+        sx = Shape (x)
+        sp = Shape (p)
+        b = Gather <axis = 0> (sx, zero)
+        n = Gather <axis = 0> (sx, one)
+        m = Gather <axis = 0> (sp, one)
+        t = Add (m, n)
+        bu = Unsqueeze (b, axes)
+        nu = Unsqueeze (n, axes)
+        tu = Unsqueeze (t, axes)
+        target = Concat <axis = 0> (bu, nu, tu)
+        minus = Expand (minus_one, three)
+        eq = Equal (target, minus)
+        w = Where (eq, ones, target)
+        x3 = Unsqueeze (x, two_axes)
+        y = Expand (x3, w)
+    }""", initializers=INTS | {"three": np.array([3], np.int64), "ones": np.array([1, 1, 1], np.int64),
+                               "two_axes": np.array([2], np.int64)})
+    result = simplified(model, "fold-constants", "fold-shapes", "eliminate-dead-code")
+    assert "Equal" not in op_counts(result.model)
+
+
+def test_arithmetic_that_cancels_is_the_dim(simplified):
+    """(batch + seq) - seq is batch: the Reshape target [that, -1] becomes the constant [0, -1]."""
+    model = model_from_text("""
+    g (float[batch, seq, 8] x) => (float[batch, ?] y) {
+        s = Shape (x)
+        b = Gather <axis = 0> (s, zero)
+        n = Gather <axis = 0> (s, one)
+        sum = Add (b, n)
+        back = Sub (sum, n)
+        bu = Unsqueeze (back, axes)
+        target = Concat <axis = 0> (bu, minus_one)
+        y = Reshape (x, target)
+    }""", initializers=INTS)
+    result = simplified(model, "fold-shapes", "eliminate-dead-code")
+    assert op_counts(result.model) == {"Reshape": 1}
+    constants = {t.name: onnx.numpy_helper.to_array(t).tolist() for t in result.model.graph.initializer}
+    assert constants[result.model.graph.node[0].input[1]] == [0, -1]
+
+
+def test_division_is_tracked_only_where_truncation_is_floor():
+    """ONNX's integer Div truncates; symdim's floor_div floors: they agree on a sum of dims over a positive int,
+    so (b + b) / 2 is b, while (b - 5) / 2 (negative for b < 5) is not tracked."""
+    values = _values("""
+    g (float[batch, 8] x) => (int64 q, int64 r) {
+        s = Shape (x)
+        b = Gather <axis = 0> (s, zero)
+        twice = Add (b, b)
+        q = Div (twice, two)
+        less = Sub (b, five)
+        r = Div (less, two)
+    }""")
+    assert values["q"] == (symdim.sym("batch"),)
+    assert values["less"] == (symdim.sub(symdim.sym("batch"), 5),)
+    assert values["r"] == (None,)
+
+
+def test_unnamed_dims_are_distinct_symbols():
+    """A dim shape inference left unnamed equals only itself: two of them never cancel."""
+    values = _values("""
+    g (float[?, 8] x, float[?, 8] z) => (int64 d, int64 e) {
+        sx = Shape (x)
+        sz = Shape (z)
+        a = Gather <axis = 0> (sx, zero)
+        c = Gather <axis = 0> (sz, zero)
+        d = Sub (a, c)
+        a2 = Gather <axis = 0> (sx, zero)
+        e = Sub (a, a2)
+    }""")
+    assert values["d"] != (0,) and values["d"][0] is not None
+    assert values["e"] == (0,)
+
+
+def test_products_past_the_degree_bound_are_untracked():
+    """Repeated squaring: batch**16 is tracked, batch**32 exceeds symdim's degree bound and is untracked (no
+    exception)."""
+    lines = ["s = Shape (x)", "p0 = Gather <axis = 0> (s, zero)"]
+    lines += [f"p{i + 1} = Mul (p{i}, p{i})" for i in range(5)]
+    body = "\n        ".join(lines)
+    values = _values(f"""
+    g (float[batch, 8] x) => (int64 p5) {{
+        {body}
+    }}""")
+    power: symdim.DimValue = 1
+    for _ in range(16):
+        power = symdim.mul(power, symdim.sym("batch"))
+    assert values["p4"] == (power,)
+    assert values["p5"] == (None,)
