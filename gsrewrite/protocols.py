@@ -8,15 +8,17 @@ hooks in :mod:`gsrewrite.hookspecs`:
   ``gsrewrite_profile_op`` implementations are: callables of ``(node, context)`` returning ``None`` for
   "not mine". A plugin usually keeps a table ``op_type -> handler`` and looks the node up in its hook.
 * :class:`CompressionStrategy` and :class:`GraphPass` are the entries added to the registries passed to
-  ``gsrewrite_register_compression_strategies`` and ``gsrewrite_register_passes``.
+  ``gsrewrite_register_compression_strategies`` and ``gsrewrite_register_passes``; :class:`PassResult` is what
+  every built-in pass returns (the simplify passes and the pattern rewrite pass alike).
 
 These are deliberately minimal; fields are added, never removed.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -101,10 +103,33 @@ class CompressionStrategy(Protocol):
 
 @runtime_checkable
 class PassOutcome(Protocol):
-    """What a pass returns: the resulting graph and whether it changed anything."""
+    """What a pass returns: the resulting graph and whether it changed anything (:class:`PassResult` is one;
+    ``changes``, a count for the report, is read when present)."""
 
     graph: gs.Graph
     modified: bool
+
+
+@dataclass
+class PassResult:
+    """What a pass returns: the graph, whether it changed, and how many rewrites it made (``counts``: by pattern
+    for the rewrite pass, under the pass's name for a simplify pass; ``changes`` is their total).
+
+    The rewrite pass also lists each rewrite (``records``), the patterns it could not use with the reason
+    (``skipped``), and with ``explain`` what it tried (``tracer``: the near misses).
+    """
+
+    graph: gs.Graph
+    modified: bool = False
+    counts: Counter[str] = field(default_factory=Counter)
+    records: list[Any] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    tracer: Any = None
+
+    @property
+    def changes(self) -> int:
+        """The rewrites made, in all."""
+        return sum(self.counts.values())
 
 
 @runtime_checkable

@@ -10,9 +10,8 @@ the end of the pass.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import onnx_graphsurgeon as gs
@@ -26,6 +25,7 @@ from gsrewrite.engine.targets import choose_replacement
 from gsrewrite.engine.tracing import Tracer
 from gsrewrite.graph.core import NameSource, cleanup, toposort
 from gsrewrite.patterns.pattern import Pattern
+from gsrewrite.protocols import PassResult as PassResult  # the one pass result (re-exported for the engine's users)
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +45,6 @@ class MatchRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-@dataclass
-class PassResult:
-    """What a pass did: the graph, whether it changed, and how often each pattern matched."""
-
-    graph: gs.Graph
-    modified: bool
-    counts: Counter = field(default_factory=Counter)
-    records: list[MatchRecord] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    tracer: Tracer | None = None
 
 
 class RewritePass:

@@ -17,7 +17,8 @@ from typing import Any
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.simplifier.passes.base import PassReport, SimplifyPass
+from gsrewrite.protocols import PassResult
+from gsrewrite.simplifier.passes.base import SimplifyPass
 
 
 class PatternPass(SimplifyPass):
@@ -31,13 +32,13 @@ class PatternPass(SimplifyPass):
         self._functions = functions
         self._rewrite: Any = None
 
-    def run(self, graph: gs.Graph) -> PassReport:
+    def run(self, graph: gs.Graph) -> PassResult:
+        """The engine's result: the rewrites counted by pattern."""
         present = {(n.domain or "", n.op) for n in graph.nodes}
         if not any(set(p.required_ops) <= present for p in _patterns(str(self.pattern_file))):
-            return PassReport(graph, False, 0)  # some op of every template is missing: nothing can match
-        result = self._engine().run(graph)
-        changes = sum(result.counts.values())
-        return PassReport(result.graph, changes > 0, changes)
+            return PassResult(graph)  # some op of every template is missing: nothing can match
+        result: PassResult = self._engine().run(graph)
+        return result
 
     def _engine(self) -> Any:
         if self._rewrite is None:

@@ -13,15 +13,16 @@ The passes are registered by plugins through ``gsrewrite_register_passes`` (the 
 
 from __future__ import annotations
 
+from gsrewrite.protocols import PassResult
 from gsrewrite.simplifier.extract import extract_constant, extract_node
-from gsrewrite.simplifier.passes.base import PassReport, SimplifyOptions, SimplifyPass
+from gsrewrite.simplifier.passes.base import SimplifyOptions, SimplifyPass
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import ModelStats, SimplifyResult
 
 __all__ = [
     "ModelStats",
     "PassRegistry",
-    "PassReport",
+    "PassResult",
     "SimplifyOptions",
     "SimplifyPass",
     "SimplifyResult",

@@ -1,7 +1,8 @@
 """The contract of a simplify pass, and a base class for the built-in ones.
 
 A pass is any object with ``name``, ``description`` and ``run(graph) -> outcome`` where the outcome has
-``graph`` and ``modified`` (:class:`gsrewrite.protocols.GraphPass`). gsrewrite also reads, when present:
+``graph`` and ``modified`` (:class:`gsrewrite.protocols.GraphPass`; the built-in passes return the one
+:class:`~gsrewrite.protocols.PassResult`, as the rewrite engine does). gsrewrite also reads, when present:
 
 * ``outcome.changes`` — how many rewrites the pass made (for the report; default: 1 when modified);
 * ``pass_.default`` — False for passes that only run when asked for (``downcast``);
@@ -13,12 +14,14 @@ topological order; the driver runs it on every subgraph too.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
 import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
+from gsrewrite.protocols import PassResult
 
 
 @dataclass(frozen=True)
@@ -28,15 +31,6 @@ class SimplifyOptions:
     max_fold_bytes: int = DEFAULT_MAX_BYTES
 
 
-@dataclass
-class PassReport:
-    """The outcome of one pass over one graph."""
-
-    graph: gs.Graph
-    modified: bool
-    changes: int = 0
-
-
 class SimplifyPass:
     """Base of the built-in passes: subclasses set ``name``/``description`` and implement :meth:`apply`."""
 
@@ -44,10 +38,10 @@ class SimplifyPass:
     description: ClassVar[str] = ""
     default: ClassVar[bool] = True
 
-    def run(self, graph: gs.Graph) -> PassReport:
-        """Apply the pass to ``graph`` in place and report how many rewrites it made."""
+    def run(self, graph: gs.Graph) -> PassResult:
+        """Apply the pass to ``graph`` in place and report how many rewrites it made (counted under its name)."""
         changes = self.apply(graph)
-        return PassReport(graph, changes > 0, changes)
+        return PassResult(graph, changes > 0, Counter({self.name: changes}) if changes > 0 else Counter())
 
     def apply(self, graph: gs.Graph) -> int:  # pragma: no cover - abstract
         """Rewrite ``graph`` in place; return the number of rewrites."""
