@@ -110,10 +110,14 @@ class SlowerModelError(CompressionRefused):
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the known names closest to ``name``, or an empty string when none is close."""
+    """`` (did you mean 'x'?)`` for the known names closest to ``name``, or an empty string when none is close:
+    names that start with ``name`` (``seq`` -> ``sequence``, at least 3 characters), then difflib's."""
     import difflib
 
-    close = difflib.get_close_matches(name, list(dict.fromkeys(known)), n=3, cutoff=0.6)
+    names = list(dict.fromkeys(known))
+    prefix = name.lower() if len(name) >= 3 else None
+    close = [k for k in names if prefix is not None and k.lower().startswith(prefix) and k != name][:3]
+    close += [k for k in difflib.get_close_matches(name, names, n=3, cutoff=0.6) if k not in close][:3 - len(close)]
     if not close:
         return ""
     return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"

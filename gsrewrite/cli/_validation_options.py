@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from gsrewrite.cli._options import input_shape_option
+
 
 def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add --inputs, --input-shape, --runs, --atol, --rtol, --seed, --max-memory; the command receives ``validation``,
@@ -16,8 +18,7 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--inputs", "v_inputs", metavar="FILE.npz",
                      help="Input arrays (keys = input names) instead of generated inputs."),
-        click.option("--input-shape", "v_shapes", multiple=True, metavar="NAME:1x128|DIM=2",
-                     help="Shape of a generated input, or size of a symbolic dim (repeatable)."),
+        input_shape_option,
         click.option("--runs", "v_runs", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Number of random input sets (or repeats of --inputs)."),
         click.option("--atol", "v_atol", type=click.FloatRange(min=0), default=1e-4, show_default=True,
@@ -44,12 +45,11 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Pop the v_* options from click's kwargs into keyword arguments for ``gsrewrite.validate``."""
-    from gsrewrite.validation import parse_input_shape
+    from gsrewrite.graph.input_shapes import parse_input_shapes
 
-    shapes = dict(parse_input_shape(spec) for spec in kwargs.pop("v_shapes"))
     return {
         "inputs": kwargs.pop("v_inputs"),
-        "input_shapes": shapes or None,
+        "input_shapes": parse_input_shapes(kwargs.pop("input_shape")) or None,
         "runs": kwargs.pop("v_runs"),
         "atol": kwargs.pop("v_atol"),
         "rtol": kwargs.pop("v_rtol"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gsrewrite.cli._options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, json_option, table
 
 
@@ -20,8 +21,7 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
 @click.option("--ort-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
               show_default=True, help="onnxruntime graph optimization level of the sessions.")
 @click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs (default: generated).")
-@click.option("--input-shape", "shapes", multiple=True, metavar="NAME:1x128|DIM=2",
-              help="Shape of a generated input, or size of a symbolic dim (repeatable).")
+@input_shape_option
 @click.option("--save-optimized", default=None, metavar="OUT.onnx",
               help="Write onnxruntime's own offline-optimized model of the first MODEL (at --ort-level).")
 @click.option("--past", type=click.IntRange(min=0), default=128, show_default=True,
@@ -30,7 +30,7 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
               help="A decoder with a KV cache: tokens of the prefill timed (no past).")
 @json_option
 def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_budget: float, threads: int,
-          ort_level: str, inputs: str | None, shapes: tuple[str, ...], save_optimized: str | None, past: int,
+          ort_level: str, inputs: str | None, input_shape: tuple[str, ...], save_optimized: str | None, past: int,
           new_tokens: int, as_json: bool) -> None:
     """Time MODEL(s) in onnxruntime on the same inputs, runs interleaved across the models; min and median,
     and the ratio to the first model. A decoder with a KV cache is timed at a decode step (1 new token over
@@ -39,17 +39,17 @@ def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_bu
 
     from gsrewrite.cli._output import working
     from gsrewrite.errors import OutputError
+    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model
     from gsrewrite.pipelines.bench import bench as run
     from gsrewrite.pipelines.bench import bench_inputs, decoder_phases
-    from gsrewrite.validation import parse_input_shape
 
     if save_optimized is not None:
         if os.path.exists(save_optimized):
             raise OutputError(f"{save_optimized} exists: remove it or give another path")
         check_output_path(save_optimized, input_path=models[0])
     loaded = [(path, load_model(path)) for path in models]
-    input_shapes = dict(parse_input_shape(s) for s in shapes) or None
+    input_shapes = parse_input_shapes(input_shape) or None
     phases = decoder_phases(loaded[0][1], input_shapes, past=past, new_tokens=new_tokens) if inputs is None \
         else None
     if phases is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gsrewrite.cli._options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, json_option, working
 from gsrewrite.reporting import printable
 
@@ -23,20 +24,19 @@ def _names(values: tuple[str, ...]) -> list[str]:
               help="Check the sub-model against the same tensors of the full model in onnxruntime.")
 @click.option("--input-data", metavar="FILE.npz", default=None,
               help="Inputs of the full model for the check (default: generated).")
-@click.option("--input-shape", "shapes", multiple=True, metavar="NAME:1x128|DIM=2",
-              help="Shape of a generated input of the full model, or size of a symbolic dim (repeatable).")
+@input_shape_option
 @json_option
 def extract(model: str, inputs: tuple[str, ...], outputs: tuple[str, ...], output: str, validate: bool,
-            input_data: str | None, shapes: tuple[str, ...], as_json: bool) -> None:
+            input_data: str | None, input_shape: tuple[str, ...], as_json: bool) -> None:
     """Write the part of MODEL that computes --outputs from --inputs to SUB.onnx, with only the initializers it
     needs, typed inputs and outputs, and (by default) checked against the full model."""
     from gsrewrite.errors import ValidationError
+    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model, save_model
     from gsrewrite.pipelines.extract import extract as run_extract
-    from gsrewrite.validation import parse_input_shape
 
     check_output_path(output, input_path=model)
-    input_shapes = dict(parse_input_shape(s) for s in shapes) or None
+    input_shapes = parse_input_shapes(input_shape) or None
     with working(f"extracting from {model}..."):
         result = run_extract(load_model(model), _names(inputs), _names(outputs), validate=validate,
                              input_shapes=input_shapes, given=input_data)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._analysis_options import input_shape_option
+from gsrewrite.cli._options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, human_bytes, table, working
 
 
@@ -34,8 +34,10 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
     import os
 
     from gsrewrite.errors import OutputError
-    from gsrewrite.graph.symbolic_shapes import parse_input_shapes
+    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path
+
+    given = parse_input_shapes(input_shape)
 
     fmt = "json" if as_json else fmt
     if plot is not None:
@@ -45,7 +47,7 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
     from gsrewrite.pipelines.analysis import profile as profile_path
 
     with working(f"Profiling {os.path.basename(model)}"):
-        result = profile_path(model, parse_input_shapes(input_shape), sparsity=sparsity)
+        result = profile_path(model, given, sparsity=sparsity)
     if plot is not None:
         _write_plot(result, plot, top or 15)
     top_given = ctx.get_parameter_source("top") != click.core.ParameterSource.DEFAULT

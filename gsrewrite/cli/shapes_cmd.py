@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._analysis_options import input_shape_option
+from gsrewrite.cli._options import input_shape_option
 from gsrewrite.cli._output import console, emit_json, json_option, table
 from gsrewrite.reporting import printable
 
@@ -26,8 +26,11 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
     """Infer the shape of every tensor of MODEL, with dynamic dims as expressions of the input dims
     (batch, seq, seq*2, (h - 3)//2 + 1)."""
     from gsrewrite.errors import OutputError, ValidationError
-    from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, parse_input_shapes, shape_text
+    from gsrewrite.graph.input_shapes import parse_input_shapes
+    from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, shape_text
     from gsrewrite.model_io import check_output_path, load_model, save_model
+
+    given = parse_input_shapes(input_shape)
 
     if output is not None:
         import os
@@ -41,7 +44,7 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
         proto = load_weightless(model)
     else:
         proto = load_model(model)
-    result = infer_symbolic(proto, parse_input_shapes(input_shape))
+    result = infer_symbolic(proto, given)
     verdict = None
     if check:
         from gsrewrite.pipelines.shape_check import check_shapes, check_summary

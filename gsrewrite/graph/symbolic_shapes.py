@@ -10,8 +10,8 @@ output (an op without a rule, a control-flow op), the answer of ONNX's own infer
 symbols. A dim ONNX knows statically wins over an expression.
 
 Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
-``INPUT_AXIS`` symbol) or from the caller (:func:`parse_input_shapes`: ``ids:2,seq`` sets an input's dims,
-``seq=128`` binds a symbol everywhere).
+``INPUT_AXIS`` symbol) or from the caller (:mod:`gsrewrite.graph.input_shapes`: ``ids:2,seq`` sets an input's
+dims, ``seq=128`` binds a symbol everywhere; a name the model does not have is an error).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
 from gsrewrite import plugin_hooks
-from gsrewrite.errors import UsageError
 from gsrewrite.graph import symdim
+from gsrewrite.graph.input_shapes import InputShapes, check_names, model_symbols
+from gsrewrite.graph.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
 from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
 from gsrewrite.graph.shapes import onnx_and_handlers as infer_types
@@ -116,57 +117,20 @@ def _dtype_name(dtype: int) -> str | None:
     return onnx.TensorProto.DataType.Name(dtype).lower() if dtype else None
 
 
-# input shapes ------------------------------------------------------------------------------------
-@dataclass
-class InputShapes:
-    """``--input-shape`` values: per-input dims and symbol bindings."""
-
-    shapes: dict[str, list[DimValue]] = field(default_factory=dict)
-    bindings: dict[str, int] = field(default_factory=dict)
-
-
-def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
-    """``NAME:D1,D2,...`` (dims are ints or expressions: ``ids:2,seq``) or ``SYMBOL=INT`` (``seq=128``)."""
-    result = InputShapes()
-    for spec in specs:
-        if ":" in spec:
-            name, _, dims_text = spec.rpartition(":")
-            dims_text = dims_text.strip().strip("[]()")
-            try:
-                dims = [symdim.parse(d) for d in dims_text.split(",") if d.strip()] if dims_text else []
-            except (ValueError, ZeroDivisionError) as exc:
-                raise UsageError(f"--input-shape {spec!r}: {exc}") from None
-            if any(isinstance(d, int) and d < 0 for d in dims):
-                raise UsageError(f"--input-shape {spec!r}: a dim is negative")
-            result.shapes[name.strip()] = dims
-        elif "=" in spec:
-            name, _, value = spec.partition("=")
-            try:
-                result.bindings[name.strip()] = int(value)
-            except ValueError:
-                raise UsageError(f"--input-shape {spec!r}: the value of {name.strip()!r} is not an integer") \
-                    from None
-            if result.bindings[name.strip()] < 0:
-                raise UsageError(f"--input-shape {spec!r}: the value is negative")
-        else:
-            raise UsageError(f"--input-shape {spec!r}: expected NAME:D1,D2,... or SYMBOL=INT")
-    return result
-
-
 # the walk ----------------------------------------------------------------------------------------
 def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None) -> SymbolicShapes:
     """Symbolic shapes of every main-graph tensor of ``model`` (see the module docstring); the model is not
     modified."""
     given = input_shapes or InputShapes()
-    graph = model.graph
-    initializers = {t.name for t in graph.initializer}
-    known_inputs = {i.name for i in graph.input}
-    unknown_names = sorted(set(given.shapes) - known_inputs)
-    if unknown_names:
-        raise UsageError(f"--input-shape names {unknown_names[0]!r}, which is not an input of the model "
-                         f"(inputs: {', '.join(i.name for i in graph.input if i.name not in initializers)})")
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]  # (a weight's shape may be given)
+    check_names(InputShapes({n: d for n, d in given.shapes.items() if n not in initializers}), inputs, ())
     walk = _Walk(model, given)
     walk.run()
+    if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
+        check_names(InputShapes(bindings=given.bindings, shapes={n: given.shapes[n] for n in given.shapes
+                                                                 if n not in initializers}),
+                    inputs, model_symbols(model) | set(walk.symbols))
     return walk.result
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.errors import UsageError
 from gsrewrite.graph import symdim
-from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, parse_input_shapes
+from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes
+from gsrewrite.graph.symbolic_shapes import SymbolicShapes, infer_symbolic
 from gsrewrite.profiling.costs import Profile, profile_model
 from gsrewrite.profiling.memory import MemoryPlan
 from gsrewrite.profiling.memory import plan_memory as plan
@@ -40,22 +40,8 @@ def load(model: ModelArg, *, load_external_data: bool = True) -> onnx.ModelProto
 
 
 def input_shapes(value: ShapesArg) -> InputShapes:
-    """Normalize the accepted forms of input shapes."""
-    if value is None:
-        return InputShapes()
-    if isinstance(value, InputShapes):
-        return value
-    if isinstance(value, Mapping):
-        result = InputShapes()
-        for name, dims in value.items():
-            if isinstance(dims, int):
-                result.bindings[name] = dims
-            elif isinstance(dims, (list, tuple)):
-                result.shapes[name] = [d if isinstance(d, int) else symdim.parse(str(d)) for d in dims]
-            else:
-                raise UsageError(f"input shape of {name!r}: expected a list of dims or an int, got {dims!r}")
-        return result
-    return parse_input_shapes([value] if isinstance(value, str) else list(value))
+    """Normalize the accepted forms of input shapes (:func:`gsrewrite.graph.input_shapes.as_input_shapes`)."""
+    return as_input_shapes(value)
 
 
 def infer_shapes(model: ModelArg, shapes: ShapesArg = None) -> SymbolicShapes:

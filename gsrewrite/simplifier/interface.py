@@ -1,7 +1,8 @@
 """The model's interface across simplification: fixed input shapes in, original names and dims out.
 
 ``--input-shape`` fixes dims before simplifying (``input_ids:1x128`` fixes a whole input and binds its
-symbolic dims everywhere; ``batch=1`` binds one dim name), so more of the graph folds. Without it the
+symbolic dims everywhere; ``batch=1`` binds one dim name, and the dims declared as expressions of bound names:
+``past + seq``), so more of the graph folds. Without it the
 simplified model keeps exactly the original's graph inputs and outputs, symbolic dim names included, and
 only the ``value_info`` entries the original had (the result is never padded with inferred shapes).
 
@@ -14,13 +15,17 @@ IR version, opsets and functions are always kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import onnx
 
 from gsrewrite.errors import UsageError
+from gsrewrite.graph import symdim
+from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes, check_names
 from gsrewrite.model_io.graph_walk import iter_graphs
 
-ShapeSpec = Mapping[str, "Sequence[int] | int"]
+#: Input shapes as callers give them: parsed ``--input-shape`` values, or ``{"input_ids": (1, 128), "batch": 1}``
+ShapeSpec = InputShapes | Mapping[str, Any]
 
 
 def with_input_shapes(model: onnx.ModelProto, input_shapes: ShapeSpec | None) -> onnx.ModelProto:
@@ -30,11 +35,12 @@ def with_input_shapes(model: onnx.ModelProto, input_shapes: ShapeSpec | None) ->
     out = onnx.ModelProto()
     out.CopyFrom(model)
     inputs = _feedable_inputs(out)
-    bound = _bind(inputs, input_shapes)
+    bound = _bind(inputs, as_input_shapes(input_shapes))
     for value_info in inputs.values():
         for dim in value_info.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in bound:
-                dim.dim_value = bound[dim.dim_param]
+            size = _bound_size(dim, bound) if dim.HasField("dim_param") else None
+            if size is not None:
+                dim.dim_value = size
     del out.graph.value_info[:]  # inferred again from the fixed shapes
     return out
 
@@ -44,20 +50,27 @@ def _feedable_inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
     return {vi.name: vi for vi in model.graph.input if vi.name not in initializers}
 
 
-def _bind(inputs: dict[str, onnx.ValueInfoProto], input_shapes: ShapeSpec) -> dict[str, int]:
+def _bind(inputs: dict[str, onnx.ValueInfoProto], given: InputShapes) -> dict[str, int]:
     """Dim name -> size; whole-input shapes are written into the inputs directly."""
     dim_names = {d.dim_param for vi in inputs.values() for d in vi.type.tensor_type.shape.dim if d.dim_param}
-    bound: dict[str, int] = {}
-    for key, value in input_shapes.items():
-        if isinstance(value, int) and key in dim_names:
-            bound[key] = value
-        elif not isinstance(value, int) and key in inputs:
-            bound.update(_set_shape(inputs[key], [int(v) for v in value]))
-        else:
-            known = ", ".join(sorted(set(inputs) | dim_names)) or "-"
-            raise UsageError(f"input shape for {key!r} matches no input (name:1x128) or dim name (dim=1); "
-                             f"known: {known}")
+    symbols = dim_names | {name for d in dim_names for name in symdim.symbols(symdim.from_dim_param(d))}
+    check_names(given, list(inputs), symbols)
+    bound = dict(given.bindings)
+    for name in given.shapes:
+        bound.update(_set_shape(inputs[name], list(given.sizes(name))))
     return bound
+
+
+def _bound_size(dim: onnx.TensorShapeProto.Dimension, bound: Mapping[str, int]) -> int | None:
+    """The size of a ``dim_param`` the bindings give: by name, or an expression whose symbols are all bound
+    (``past + seq`` with ``past`` and ``seq`` given)."""
+    if dim.dim_param in bound:
+        return bound[dim.dim_param]
+    value = symdim.from_dim_param(dim.dim_param)
+    if isinstance(value, int) or not value.symbols() <= bound.keys():
+        return None
+    size = symdim.evaluate(value, bound)
+    return size if size >= 0 else None
 
 
 def _set_shape(value_info: onnx.ValueInfoProto, shape: list[int]) -> dict[str, int]:

@@ -12,13 +12,14 @@ generated and the memory budget.
 
 from __future__ import annotations
 
+from gsrewrite.graph.input_shapes import InputShapes, parse_input_shapes
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
 from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
 from gsrewrite.validation.memory import MemoryBudgetError
 from gsrewrite.validation.metrics import compare_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport
-from gsrewrite.validation.shapes import parse_input_shape, resolve_shapes
+from gsrewrite.validation.shapes import resolve_shapes
 from gsrewrite.validation.signature import InputSpec, model_inputs
 from gsrewrite.validation.sizes import SizeSet, size_sets
 from gsrewrite.validation.validator import Validator, validate
@@ -26,6 +27,7 @@ from gsrewrite.validation.validator import Validator, validate
 __all__ = [
     "Criterion",
     "InputPlan",
+    "InputShapes",
     "InputSpec",
     "MemoryBudgetError",
     "OutputComparison",
@@ -36,7 +38,7 @@ __all__ = [
     "generate_inputs",
     "load_npz",
     "model_inputs",
-    "parse_input_shape",
+    "parse_input_shapes",
     "plan_inputs",
     "prepare_inputs",
     "resolve_shapes",

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from gsrewrite.errors import InputDataError, UsageError
+from gsrewrite.errors import InputDataError
 from gsrewrite.graph import symdim
 from gsrewrite.graph.dim_relations import DimSolution, solve_input_dims, substitute, with_relation
+from gsrewrite.graph.input_shapes import as_input_shapes, check_names
 from gsrewrite.graph.symdim import DimValue
 from gsrewrite.validation.index_bounds import gather_index_bounds
 from gsrewrite.validation.shapes import BATCH_DEFAULT, OTHER_DEFAULT, ShapeSpec, default_dim
@@ -158,7 +159,7 @@ def input_dims(model: onnx.ModelProto, input_shapes: ShapeSpec | None = None,
     or ``{"batch": 1}``) fixed."""
     specs = list(specs if specs is not None else model_inputs(model))
     raw = {spec.name: _parse(spec) for spec in specs}
-    fixed, whole = _user_bindings(specs, raw, input_shapes or {})
+    fixed, whole = _user_bindings(specs, raw, input_shapes)
     solution = solve_input_dims(model, fixed)
     int_names = [s.name for s in specs if s.dtype.kind in "iu" and _is_position(s.name)]
     bounds = gather_index_bounds(model.graph, int_names) if int_names else {}
@@ -190,25 +191,15 @@ def _parse(spec: InputSpec) -> list[DimValue]:
     return out
 
 
-def _user_bindings(specs: Sequence[InputSpec], raw: Mapping[str, list[DimValue]], input_shapes: ShapeSpec
+def _user_bindings(specs: Sequence[InputSpec], raw: Mapping[str, list[DimValue]], input_shapes: ShapeSpec | None
                    ) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
     """Symbols the caller fixed, and the whole shapes given (their bare symbols become fixed too)."""
-    names = {s.name for s in specs}
+    given = as_input_shapes(input_shapes)
     declared = {d for s in specs for d in (s.dims or ()) if isinstance(d, str)}
     symbols = {name for shape in raw.values() for d in shape for name in symdim.symbols(d)}
-    fixed: dict[str, int] = {}
-    whole: dict[str, tuple[int, ...]] = {}
-    for key, value in input_shapes.items():
-        is_shape = hasattr(value, "__len__") and not isinstance(value, str)
-        if is_shape and key in names:
-            whole[key] = tuple(_size(key, d) for d in value)  # type: ignore[union-attr]
-        elif not is_shape and (key in symbols or key in declared):
-            fixed[key] = _size(key, value)
-        elif key in names or key in symbols or key in declared:
-            raise UsageError(f"bad input shape for {key!r}: give a shape for an input, a size for a dim name")
-        else:
-            inputs, dims = ", ".join(sorted(names)) or "-", ", ".join(sorted(symbols | declared)) or "-"
-            raise UsageError(f"unknown input or dim name {key!r} in input shapes (inputs: {inputs}; dims: {dims})")
+    check_names(given, [s.name for s in specs], symbols | declared)
+    fixed = {name: size for name, size in given.bindings.items() if name in symbols or name in declared}
+    whole = {name: given.sizes(name) for name in given.shapes}
     for spec in specs:
         shape = whole.get(spec.name)
         if shape is None:
@@ -224,18 +215,6 @@ def _user_bindings(specs: Sequence[InputSpec], raw: Mapping[str, list[DimValue]]
                 raise InputDataError(f"dim {name!r} of input {spec.name!r} is given as both {fixed[name]} "
                                      f"and {size}")
     return fixed, whole
-
-
-def _size(key: str, value: object) -> int:
-    import operator
-
-    try:
-        size = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        size = -1
-    if isinstance(value, bool) or size < 0:
-        raise UsageError(f"bad input shape for {key!r}: sizes must be non-negative integers, got {value!r}")
-    return size
 
 
 def _roles(specs: Sequence[InputSpec], raw: Mapping[str, list[DimValue]], solution: DimSolution

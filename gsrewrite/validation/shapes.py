@@ -2,9 +2,10 @@
 
 Rules (see ``docs/validation.md``):
 
-* ``{"input_ids": (1, 128)}`` fixes a whole input; its symbolic dims (``batch``, ``sequence``) are bound for
-  every other input that uses the same names.
-* ``{"batch": 2}`` binds a symbolic dim name wherever it appears.
+* ``{"input_ids": (1, 128)}`` (``--input-shape input_ids:1x128``) fixes a whole input; its symbolic dims
+  (``batch``, ``sequence``) are bound for every other input that uses the same names.
+* ``{"batch": 2}`` (``batch=2``) binds a symbolic dim name wherever it appears. A name that is neither an input
+  nor a dim name of the model is an error (:func:`gsrewrite.graph.input_shapes.check_names`).
 * Other dynamic dims: **2** when batch-like (the name contains ``batch``, or it is the first dim of an
   input of rank >= 2 and its name does not look like a sequence: ``seq``, ``len``, ``time``, ``step``,
   ``token``), **16** otherwise. One symbolic name gets one size across all inputs. When the original model
@@ -14,12 +15,11 @@ Rules (see ``docs/validation.md``):
 
 from __future__ import annotations
 
-import operator
-import re
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import Any
 
-from gsrewrite.errors import InputDataError, UsageError
+from gsrewrite.errors import InputDataError
+from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes, check_names
 from gsrewrite.validation.signature import Dim, InputSpec
 
 #: Default size of a batch-like dynamic dim (2 rather than 1, so that batch mix-ups show).
@@ -29,29 +29,9 @@ OTHER_DEFAULT = 16
 #: Sizes tried, in turn, for the other dynamic dims while the original rejects the generated inputs.
 GROWN_DEFAULTS = (OTHER_DEFAULT, 256, 4096)
 _SEQUENCE_WORDS = ("seq", "len", "time", "step", "token")
-_DIMS_RE = re.compile(r"^\[?\s*(\d+(?:\s*[x,]\s*\d+)*)?\s*\]?$")
-
-ShapeSpec = Mapping[str, "Sequence[int] | int"]
-
-
-def parse_input_shape(spec: str) -> tuple[str, tuple[int, ...] | int]:
-    """Parse ``name:1x128`` (a whole input) or ``batch=2`` (a symbolic dim) into ``(name, value)``.
-
-    Dims may be separated by ``x`` or ``,`` and wrapped in brackets (``name:[1,128]``); ``name:[]`` is a
-    scalar. The last ``:`` separates the name, so names that contain ``:`` work. Raises
-    :class:`UsageError` on bad syntax.
-    """
-    if ":" in spec:
-        name, _, dims = spec.rpartition(":")
-        match = _DIMS_RE.match(dims.strip())
-        if not name or match is None or not dims.strip():
-            raise UsageError(f"bad input shape {spec!r}: expected NAME:1x128 or DIM=2")
-        body = match.group(1) or ""
-        return name, tuple(int(d) for d in re.split(r"\s*[x,]\s*", body) if d)
-    name, sep, value = spec.partition("=")
-    if not sep or not name.strip() or not value.strip().isdigit():
-        raise UsageError(f"bad input shape {spec!r}: expected NAME:1x128 or DIM=2")
-    return name.strip(), int(value)
+#: Input shapes as callers give them: parsed ``--input-shape`` values (:mod:`gsrewrite.graph.input_shapes`), or a
+#: mapping ``{"input_ids": (1, 128), "batch": 2}``
+ShapeSpec = InputShapes | Mapping[str, Any]
 
 
 def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None,
@@ -72,32 +52,11 @@ def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = 
 def _split_user_shapes(
     specs: Sequence[InputSpec], input_shapes: ShapeSpec
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
-    input_names = {s.name for s in specs}
+    """The caller's whole input shapes (as sizes) and dim sizes, every name checked against the model's."""
+    given = as_input_shapes(input_shapes)
     dim_names = {d for s in specs for d in (s.dims or ()) if isinstance(d, str)}
-    whole: dict[str, tuple[int, ...]] = {}
-    bound: dict[str, int] = {}
-    for key, value in input_shapes.items():
-        is_shape = hasattr(value, "__len__") and not isinstance(value, str)
-        if not is_shape and key in dim_names:
-            bound[key] = _size(key, value)
-        elif is_shape and key in input_names:
-            whole[key] = tuple(_size(key, d) for d in cast(Sequence[int], value))
-        elif key in input_names or key in dim_names:
-            raise UsageError(f"bad input shape for {key!r}: give a shape for an input, a size for a dim name")
-        else:
-            inputs, dims = ", ".join(sorted(input_names)) or "-", ", ".join(sorted(dim_names)) or "-"
-            raise UsageError(f"unknown input or dim name {key!r} in input shapes (inputs: {inputs}; dims: {dims})")
-    return whole, bound
-
-
-def _size(key: str, value: object) -> int:
-    try:
-        size = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        size = -1
-    if isinstance(value, bool) or size < 0:
-        raise UsageError(f"bad input shape for {key!r}: sizes must be non-negative integers, got {value!r}")
-    return size
+    check_names(given, [s.name for s in specs], dim_names)
+    return {name: given.sizes(name) for name in given.shapes}, dict(given.bindings)
 
 
 def _explicit_shape(spec: InputSpec, shape: tuple[int, ...], bound: dict[str, int]) -> tuple[int, ...]:

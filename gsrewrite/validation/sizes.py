@@ -15,7 +15,7 @@ equal an earlier set's is left out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
 from gsrewrite.errors import InputDataError
@@ -50,12 +50,12 @@ class SizeSet:
         return f"{self.name} ({shapes})"
 
 
-def size_sets(specs: Sequence[InputSpec], sample: Shapes, fixed: Mapping[str, object] | None = None
+def size_sets(specs: Sequence[InputSpec], sample: Shapes, fixed: Container[str] | None = None
               ) -> list[SizeSet]:
     """The sample, then the small and the long set (those that differ from the sets before them).
 
-    ``fixed``: the user's input shapes (``{"input_ids": (1, 128)}`` or ``{"sequence": 64}``): the dims they
-    name keep their sample size.
+    ``fixed``: the user's input shapes (``{"input_ids": (1, 128)}`` or ``{"sequence": 64}``, or the parsed
+    ``--input-shape``): the dims they name keep their sample size.
     """
     fixed = fixed or {}
     roles = _roles(specs)
@@ -136,7 +136,7 @@ def _roles(specs: Sequence[InputSpec]) -> dict[str, str]:
     return roles
 
 
-def _scaled(spec: InputSpec, shape: tuple[int, ...], fixed: Mapping[str, object], roles: dict[str, str],
+def _scaled(spec: InputSpec, shape: tuple[int, ...], fixed: Container[str], roles: dict[str, str],
             scale: Callable[[str, int], int]) -> tuple[int, ...]:
     if spec.dims is None or spec.name in fixed or len(spec.dims) != len(shape):
         return shape

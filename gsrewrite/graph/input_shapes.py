@@ -1,0 +1,192 @@
+"""``--input-shape``: one grammar and one parser for every command, and the check of its names against a model.
+
+Each value is one of
+
+* ``NAME:2x16``, ``NAME:2,16``, ``NAME:[2,16]`` (``NAME:[]``: a scalar): the whole shape of input ``NAME``.
+  Commas separate any dims, so a dim may be an expression in symbols (``ids:2,seq``, ``ids:batch,2*seq``):
+  the analysis commands (shapes, profile, memory, compute-graph) keep it symbolic; the commands that run the
+  model need sizes, which ``SYMBOL=INT`` may give (``ids:2,seq seq=128``). ``x`` separates numbers only
+  (``2xseq`` is not a shape: write ``2,seq``). The last ``:`` separates the name, so names may contain ``:``;
+* ``SYMBOL=INT``: the size of a symbolic dim wherever it appears (``batch=1``, ``sequence=128``).
+
+The library takes the same as a mapping (``{"ids": (2, 128), "batch": 1}``, dims as ints or expressions).
+A name that is neither an input nor a symbol of the model is an error naming the close ones
+(:func:`check_names`): a typo never leaves a dim silently unbound.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+
+from gsrewrite.errors import UsageError, did_you_mean
+from gsrewrite.graph import symdim
+from gsrewrite.graph.symdim import DimValue
+
+_NUMBERS_BY_X = re.compile(r"\d+(\s*x\s*\d+)+")
+_EXPECTED = "expected NAME:2x16, NAME:2,seq or SYMBOL=INT"
+
+
+@dataclass
+class InputShapes:
+    """Input shapes given by the caller: whole inputs' dims (ints or expressions) and symbols' sizes."""
+
+    shapes: dict[str, list[DimValue]] = field(default_factory=dict)
+    bindings: dict[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes or self.bindings)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is given: an input's shape or a symbol's size."""
+        return name in self.shapes or name in self.bindings
+
+    def symbols(self) -> set[str]:
+        """The symbols the given shapes use (``ids:2,seq`` introduces ``seq``, which ``seq=N`` may bind)."""
+        return {name for dims in self.shapes.values() for d in dims for name in symdim.symbols(d)}
+
+    def sizes(self, name: str) -> tuple[int, ...]:
+        """Input ``name``'s shape as sizes, its symbols bound by :attr:`bindings`; :class:`UsageError` names a
+        symbol left without a size (the commands that run the model need sizes)."""
+        dims = self.shapes[name]
+        try:
+            return tuple(symdim.evaluate(d, self.bindings) for d in dims)
+        except KeyError as exc:
+            raise UsageError(f"--input-shape {name}:{','.join(map(str, dims))}: running the model needs sizes; "
+                             f"give {exc.args[0]}=N too") from None
+
+
+def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
+    """``--input-shape`` values (see the module docstring) as :class:`InputShapes`; :class:`UsageError` on bad
+    syntax, a negative size, or one name given two different values."""
+    result = InputShapes()
+    for spec in specs:
+        if ":" in spec:
+            name, _, text = spec.rpartition(":")
+            name = name.strip()
+            if not name:
+                raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
+            _put(result.shapes, name, _dims(spec, text), spec)
+        else:
+            name, sep, value = spec.partition("=")
+            name = name.strip()
+            if not sep or not name:
+                raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
+            if not value.strip().isdigit():
+                raise UsageError(f"--input-shape {spec!r}: the size of {name!r} must be a non-negative integer")
+            _put(result.bindings, name, int(value), spec)
+    return result
+
+
+def _dims(spec: str, text: str) -> list[DimValue]:
+    body = text.strip()
+    if not body:  # a scalar is NAME:[]
+        raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
+    if body[:1] + body[-1:] in ("[]", "()"):
+        body = body[1:-1].strip()
+    if not body:
+        return []
+    parts = re.split(r"\s*x\s*", body) if _NUMBERS_BY_X.fullmatch(body) else body.split(",")
+    dims: list[DimValue] = []
+    for part in parts:
+        try:
+            dim = symdim.parse(part)
+        except (ValueError, ZeroDivisionError, RecursionError):
+            hint = " (x separates numbers only: write 2,seq)" if "x" in part else ""
+            raise UsageError(f"--input-shape {spec!r}: {part.strip()!r} is not a dim{hint}") from None
+        if isinstance(dim, int) and dim < 0:
+            raise UsageError(f"--input-shape {spec!r}: a dim is negative")
+        dims.append(dim)
+    return dims
+
+
+def _put(into: dict[str, Any], name: str, value: Any, spec: str) -> None:
+    if name in into and into[name] != value:
+        raise UsageError(f"--input-shape {spec!r}: {name!r} is already given another value")
+    into[name] = value
+
+
+def as_input_shapes(value: InputShapes | str | Iterable[str] | Mapping[str, Any] | None) -> InputShapes:
+    """Input shapes from what the library accepts: :class:`InputShapes`, ``--input-shape`` strings, or a mapping
+    (a sequence of dims, ints or expressions, for an input; a non-negative int for a symbol)."""
+    if value is None:
+        return InputShapes()
+    if isinstance(value, InputShapes):
+        return value
+    if isinstance(value, str):
+        return parse_input_shapes([value])
+    if not isinstance(value, Mapping):
+        return parse_input_shapes(list(value))
+    result = InputShapes()
+    for name, given in value.items():
+        if isinstance(given, (str, bytes)) or not hasattr(given, "__len__"):
+            result.bindings[str(name)] = _size(name, given)
+        else:
+            result.shapes[str(name)] = [_dim(name, d) for d in given]
+    return result
+
+
+def _size(name: object, value: object) -> int:
+    try:
+        size = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        size = -1
+    if isinstance(value, bool) or size < 0:
+        raise UsageError(f"bad input shape for {name!r}: a size must be a non-negative integer, got {value!r}")
+    return size
+
+
+def _dim(name: object, value: object) -> DimValue:
+    if isinstance(value, symdim.Expr):
+        return value
+    if isinstance(value, str):
+        try:
+            return symdim.parse(value)
+        except (ValueError, ZeroDivisionError, RecursionError):
+            raise UsageError(f"bad input shape for {name!r}: {value!r} is not a dim") from None
+    return _size(name, value)
+
+
+def check_names(given: InputShapes, inputs: Collection[str], symbols: Collection[str]) -> None:
+    """:class:`UsageError` unless every name ``given`` uses is a model input (for a shape) or a symbol (for a
+    size): the model's (``symbols``) or one the given shapes introduce."""
+    known_symbols = set(symbols) | given.symbols()
+    for name in given.shapes:
+        if name not in inputs:
+            _unknown(name, "input", inputs, known_symbols)
+    for name in given.bindings:
+        if name not in known_symbols:
+            _unknown(name, "symbol", inputs, known_symbols)
+
+
+def _unknown(name: str, kind: str, inputs: Collection[str], symbols: Collection[str]) -> None:
+    if kind == "input" and name in symbols:
+        raise UsageError(f"--input-shape {name}: {name!r} is a symbol: give its size ({name}=N)")
+    if kind == "symbol" and name in inputs:
+        raise UsageError(f"--input-shape {name}: {name!r} is an input: give its shape ({name}:2x16)")
+    candidates = sorted(inputs) if kind == "input" else sorted(symbols)
+    shown = candidates if kind == "input" else [c for c in candidates if c.isidentifier()]  # not Min(32, seq)
+    listed = ", ".join(shown[:20]) + (", ..." if len(shown) > 20 else "") or "none"
+    what, plural = ("an input", "inputs") if kind == "input" else ("a symbol", "symbols")
+    raise UsageError(f"--input-shape names {name!r}, which is not {what} of the model{did_you_mean(name, candidates)}; "
+                     f"its {plural}: {listed}")
+
+
+def model_symbols(model: onnx.ModelProto) -> set[str]:
+    """The symbols of ``model``'s main graph: the ``dim_param`` names (and the symbols of those that are
+    expressions, ``past + seq``) of its inputs, outputs and declared value types."""
+    graph = model.graph
+    found: set[str] = set()
+    for value_info in (*graph.input, *graph.output, *graph.value_info):
+        if not value_info.type.HasField("tensor_type"):
+            continue
+        for dim in value_info.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param:
+                found.add(dim.dim_param)
+                found |= symdim.symbols(symdim.from_dim_param(dim.dim_param))
+    return found
