@@ -28,7 +28,7 @@ from gsrewrite.errors import UsageError, did_you_mean
 from gsrewrite.graph import symdim
 from gsrewrite.graph.symdim import DimValue
 
-_NUMBERS_BY_X = re.compile(r"\d+(\s*x\s*\d+)+")
+_NUMBERS_BY_X = re.compile(r"[0-9]+(\s*x\s*[0-9]+)+")
 _EXPECTED = "expected NAME:2x16, NAME:2,seq or SYMBOL=INT"
 
 
@@ -70,15 +70,15 @@ def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
             name, _, text = spec.rpartition(":")
             name = name.strip()
             if not name:
-                raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
+                raise UsageError(f"--input-shape {_shown(spec)}: {_EXPECTED}")
             _put(result.shapes, name, _dims(spec, text), spec)
         else:
             name, sep, value = spec.partition("=")
             name = name.strip()
             if not sep or not name:
-                raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
-            if not value.strip().isdigit():
-                raise UsageError(f"--input-shape {spec!r}: the size of {name!r} must be a non-negative integer")
+                raise UsageError(f"--input-shape {_shown(spec)}: {_EXPECTED}")
+            if not re.fullmatch(r"[0-9]+", value.strip()):
+                raise UsageError(f"--input-shape {_shown(spec)}: the size of {name!r} must be a non-negative integer")
             _put(result.bindings, name, int(value), spec)
     return result
 
@@ -86,7 +86,7 @@ def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
 def _dims(spec: str, text: str) -> list[DimValue]:
     body = text.strip()
     if not body:  # a scalar is NAME:[]
-        raise UsageError(f"--input-shape {spec!r}: {_EXPECTED}")
+        raise UsageError(f"--input-shape {_shown(spec)}: {_EXPECTED}")
     if body[:1] + body[-1:] in ("[]", "()"):
         body = body[1:-1].strip()
     if not body:
@@ -98,16 +98,21 @@ def _dims(spec: str, text: str) -> list[DimValue]:
             dim = symdim.parse(part)
         except (ValueError, ZeroDivisionError, RecursionError):
             hint = " (x separates numbers only: write 2,seq)" if "x" in part else ""
-            raise UsageError(f"--input-shape {spec!r}: {part.strip()!r} is not a dim{hint}") from None
+            raise UsageError(f"--input-shape {_shown(spec)}: {_shown(part.strip())} is not a dim{hint}") from None
         if isinstance(dim, int) and dim < 0:
-            raise UsageError(f"--input-shape {spec!r}: a dim is negative")
+            raise UsageError(f"--input-shape {_shown(spec)}: a dim is negative")
         dims.append(dim)
     return dims
 
 
+def _shown(text: str, limit: int = 60) -> str:
+    """``text`` quoted for a message, its middle left out past ``limit`` characters."""
+    return repr(text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 2:]}")
+
+
 def _put(into: dict[str, Any], name: str, value: Any, spec: str) -> None:
     if name in into and into[name] != value:
-        raise UsageError(f"--input-shape {spec!r}: {name!r} is already given another value")
+        raise UsageError(f"--input-shape {_shown(spec)}: {name!r} is already given another value")
     into[name] = value
 
 
