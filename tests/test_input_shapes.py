@@ -61,6 +61,8 @@ def test_one_grammar(spec: str, shapes: dict[str, list[Any]], bindings: dict[str
         ("batch=", "non-negative integer"),
         ("batch=-1", "non-negative integer"),
         ("batch=1.5", "non-negative integer"),
+        ("batch=\u00b2", "non-negative integer"),  # str.isdigit() says yes, int() says no
+        ("x:\u0663x5", "is not a dim"),
     ],
 )
 def test_bad_syntax_is_one_usage_error(spec: str, words: str) -> None:
