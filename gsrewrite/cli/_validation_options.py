@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 
 
 def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,11 +45,9 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def collect(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Pop the v_* options from click's kwargs into keyword arguments for ``gsrewrite.validate``."""
-    from gsrewrite.graph.input_shapes import parse_input_shapes
-
     return {
         "inputs": kwargs.pop("v_inputs"),
-        "input_shapes": parse_input_shapes(kwargs.pop("input_shape")) or None,
+        "input_shapes": input_shapes(kwargs.pop("input_shape")),
         "runs": kwargs.pop("v_runs"),
         "atol": kwargs.pop("v_atol"),
         "rtol": kwargs.pop("v_rtol"),

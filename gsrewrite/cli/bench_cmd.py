@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, json_option, table
 
 
@@ -39,7 +39,6 @@ def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_bu
 
     from gsrewrite.cli._output import working
     from gsrewrite.errors import OutputError
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model
     from gsrewrite.pipelines.bench import bench as run
     from gsrewrite.pipelines.bench import bench_inputs, decoder_phases
@@ -49,13 +48,13 @@ def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_bu
             raise OutputError(f"{save_optimized} exists: remove it or give another path")
         check_output_path(save_optimized, input_path=models[0])
     loaded = [(path, load_model(path)) for path in models]
-    input_shapes = parse_input_shapes(input_shape) or None
-    phases = decoder_phases(loaded[0][1], input_shapes, past=past, new_tokens=new_tokens) if inputs is None \
+    sizes = input_shapes(input_shape)
+    phases = decoder_phases(loaded[0][1], sizes, past=past, new_tokens=new_tokens) if inputs is None \
         else None
     if phases is not None:
         _bench_decoder(loaded, phases, runs, warmup, threads, ort_level, save_optimized, time_budget, as_json)
         return
-    feed = bench_inputs(loaded[0][1], inputs, input_shapes)
+    feed = bench_inputs(loaded[0][1], inputs, sizes)
     with working(f"timing {len(models)} model(s)..."):
         result = run(loaded, runs=runs, warmup=warmup, threads=threads, ort_level=ort_level, inputs=feed,
                      save_optimized=save_optimized, time_budget=time_budget)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, json_option, to_json
 from gsrewrite.reporting import printable
 
@@ -26,13 +26,12 @@ def compute_graph(model: str, output: str, engine_path: str, input_shape: tuple[
     import os
 
     from gsrewrite.errors import OutputError, ValidationError
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model, save_model
     from gsrewrite.model_io.saving import atomic_files, check_distinct_outputs
     from gsrewrite.pipelines.compute_graph import compute_graph as run
     from gsrewrite.pipelines.shape_check import check_summary
 
-    given = parse_input_shapes(input_shape)
+    given = input_shapes(input_shape)
     # the model's external data (written above 2 GB) goes to OUT.onnx.data: the engine must not be that file either
     check_distinct_outputs([("the compute graph (-o)", output), ("its external data", output + ".data"),
                             ("the shape engine (--shape-engine)", engine_path)])
@@ -40,7 +39,7 @@ def compute_graph(model: str, output: str, engine_path: str, input_shape: tuple[
         if os.path.exists(path) and not force:
             raise OutputError(f"{path} exists; pass --force to overwrite it")
         check_output_path(path, input_path=model)
-    result = run(load_model(model), given or None, check=check)
+    result = run(load_model(model), given, check=check)
     if result.check is not None and not result.check.ok:
         raise ValidationError("the shape engine disagrees with onnxruntime: "
                               + "; ".join(check_summary(result.check)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, json_option, working
 from gsrewrite.reporting import printable
 
@@ -31,15 +31,14 @@ def extract(model: str, inputs: tuple[str, ...], outputs: tuple[str, ...], outpu
     """Write the part of MODEL that computes --outputs from --inputs to SUB.onnx, with only the initializers it
     needs, typed inputs and outputs, and (by default) checked against the full model."""
     from gsrewrite.errors import ValidationError
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path, load_model, save_model
     from gsrewrite.pipelines.extract import extract as run_extract
 
     check_output_path(output, input_path=model)
-    input_shapes = parse_input_shapes(input_shape) or None
+    sizes = input_shapes(input_shape)
     with working(f"extracting from {model}..."):
         result = run_extract(load_model(model), _names(inputs), _names(outputs), validate=validate,
-                             input_shapes=input_shapes, given=input_data)
+                             input_shapes=sizes, given=input_data)
     if result.validated and not result.ok:
         raise ValidationError(f"the extracted model disagrees with the full model: {result.summary()}")
     save_model(result.model, output, input_path=model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
 
 
@@ -18,10 +18,9 @@ def memory(model: str, input_shape: tuple[str, ...], top: int, as_json: bool) ->
     """Plan MODEL's activation memory: liveness over the topological order, views and in-place ops sharing
     buffers, offsets in one arena. Shows the naive total, the arena, and the lower bound (the most bytes live at
     one step). Symbols not given with --input-shape take validation's sample sizes."""
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.pipelines.analysis import plan_memory
 
-    plan = plan_memory(model, parse_input_shapes(input_shape))
+    plan = plan_memory(model, input_shapes(input_shape))
     if as_json:
         emit_json(plan)
         return

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, human_bytes, table, working
 
 
@@ -34,10 +34,9 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
     import os
 
     from gsrewrite.errors import OutputError
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.model_io import check_output_path
 
-    given = parse_input_shapes(input_shape)
+    given = input_shapes(input_shape)
 
     fmt = "json" if as_json else fmt
     if plot is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._options import input_shape_option
+from gsrewrite.cli._options import input_shape_option, input_shapes
 from gsrewrite.cli._output import console, emit_json, json_option, table
 from gsrewrite.reporting import printable
 
@@ -26,11 +26,10 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
     """Infer the shape of every tensor of MODEL, with dynamic dims as expressions of the input dims
     (batch, seq, seq*2, (h - 3)//2 + 1)."""
     from gsrewrite.errors import OutputError, ValidationError
-    from gsrewrite.graph.input_shapes import parse_input_shapes
     from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, shape_text
     from gsrewrite.model_io import check_output_path, load_model, save_model
 
-    given = parse_input_shapes(input_shape)
+    given = input_shapes(input_shape)
 
     if output is not None:
         import os
