@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
@@ -515,11 +516,115 @@ def _parse_node(node: ast.AST, source: str) -> DimValue:
 
 
 def from_dim_param(name: str) -> DimValue:
-    """A model's ``dim_param`` as a dim: an expression when it reads as one (``s0 + 1``), else a symbol."""
+    """A model's ``dim_param`` as a dim: an expression when it reads as one (``s0 + 1``; sympy's forms too, as
+    onnxruntime's symbolic shape inference writes them: ``floor(height/2 - 1/2) + 1``, ``ceiling(w/32)``,
+    ``Max(1, seq)``, ``Mod(n, 2)``, where ``/`` divides exactly), else a symbol."""
     try:
-        return parse(name)
-    except (ValueError, ZeroDivisionError, RecursionError):
+        return _finish(_rational(ast.parse(name.strip(), mode="eval").body, name))
+    except (ValueError, ZeroDivisionError, RecursionError, SyntaxError, ExpressionTooLarge):
         return sym(name)
+
+
+#: a value of a dim_param's arithmetic before it is floored: numerator / denominator (a size: > 0)
+_Ratio = tuple[DimValue, DimValue]
+_SYMPY_CALLS = {"floor": "floor", "ceiling": "ceil", "ceil": "ceil", "Max": "max", "max": "max", "Min": "min",
+                "min": "min", "Mod": "mod"}
+
+
+def _rational(node: ast.AST, source: str) -> _Ratio:
+    """``node`` as numerator / denominator: ``/`` divides exactly (``height/2 - 1/2`` is ``(height - 1) / 2``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value, 1
+    if isinstance(node, ast.Name):
+        return sym(node.id), 1
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        num, den = _rational(node.operand, source)
+        return (mul(num, -1) if isinstance(node.op, ast.USub) else num), den
+    if isinstance(node, ast.BinOp):
+        (a, b), (c, d) = _rational(node.left, source), _rational(node.right, source)
+        if isinstance(node.op, (ast.Add, ast.Sub)):
+            right = mul(c, b) if isinstance(node.op, ast.Add) else mul(mul(c, b), -1)
+            return _reduced(add(mul(a, d), right), mul(b, d))
+        if isinstance(node.op, ast.Mult):
+            return _reduced(mul(a, c), mul(b, d))
+        if isinstance(node.op, ast.Div):
+            if isinstance(c, int) and c < 0:
+                a, c = mul(a, -1), -c
+            if c == 0:
+                raise ZeroDivisionError("dimension divided by zero")
+            return _reduced(mul(a, d), mul(b, c))
+        if isinstance(node.op, ast.Pow) and isinstance(c, int) and d == 1 and 0 <= c <= MAX_DEGREE:
+            num, den = 1, 1
+            for _ in range(c):
+                num, den = mul(num, a), mul(den, b)
+            return _reduced(num, den)
+        if isinstance(node.op, ast.FloorDiv):
+            return floor_div(_finish((a, b)), _finish((c, d))), 1
+        if isinstance(node.op, ast.Mod):
+            return mod(_finish((a, b)), _finish((c, d))), 1
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYMPY_CALLS \
+            and node.args and not node.keywords:
+        op = _SYMPY_CALLS[node.func.id]
+        args = [_rational(a, source) for a in node.args]
+        if op in ("floor", "ceil") and len(args) == 1:
+            num, den = args[0]
+            return (floor_div(num, den) if op == "floor" else ceil_div(num, den)), 1
+        if op == "mod" and len(args) == 2:
+            return mod(_finish(args[0]), _finish(args[1])), 1
+        if op in ("max", "min"):
+            common = 1
+            for _, den in args:  # over one integer denominator, max and min compare the numerators
+                if not isinstance(den, int):
+                    common = 0
+                    break
+                common = common * den // math.gcd(common, den)
+            if common:
+                nums = [mul(num, common // den) for num, den in args]  # type: ignore[operator]
+                return _reduced(dim_max(*nums) if op == "max" else dim_min(*nums), common)
+            finished = [_finish(a) for a in args]
+            return (dim_max(*finished) if op == "max" else dim_min(*finished)), 1
+    raise ValueError(f"not a dimension expression: {source!r}")
+
+
+def _reduced(num: DimValue, den: DimValue) -> _Ratio:
+    """``num / den`` with an integer denominator reduced by the common factor of every coefficient."""
+    if isinstance(den, int):
+        if den < 0:
+            num, den = mul(num, -1), -den
+        coefficients = [num] if isinstance(num, int) else [c for _, c in num.terms]
+        common = math.gcd(den, *coefficients)
+        if common > 1:
+            num = _make({(): num // common}) if isinstance(num, int) else \
+                Expr._sorted(tuple((m, c // common) for m, c in num.terms))
+            den //= common
+    return num, den
+
+
+def _finish(ratio: _Ratio) -> DimValue:
+    """A dim from numerator / denominator: exact where it divides, else floored (a dim is an integer)."""
+    num, den = ratio
+    return num if den == 1 else floor_div(num, den)
+
+
+def bind(value: DimValue, bindings: Mapping[str, int]) -> DimValue:
+    """``value`` with the symbols of ``bindings`` replaced by their values (the others stay symbols), simplified:
+    ``floor((height - 1)/2) + 1`` with ``height = 640`` is 320."""
+    if isinstance(value, int) or not bindings or value.symbols().isdisjoint(bindings):
+        return value
+    total: DimValue = 0
+    for monomial, coefficient in value.terms:
+        term: DimValue = coefficient
+        for atom, power in monomial:
+            if isinstance(atom, Sym):
+                base: DimValue = bindings[atom.name] if atom.name in bindings else Expr.atom(atom)
+            else:
+                args = [bind(a, bindings) for a in atom.args]
+                base = {"floordiv": floor_div, "mod": mod}[atom.op](*args) if atom.op in ("floordiv", "mod") \
+                    else (dim_max(*args) if atom.op == "max" else dim_min(*args))
+            for _ in range(power):
+                term = mul(term, base)
+        total = add(total, term)
+    return total
 
 
 def dim_of(value: object) -> DimValue | None:
