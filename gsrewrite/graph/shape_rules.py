@@ -1,5 +1,6 @@
-"""Symbolic shape rules of the standard ONNX ops: output shapes (and the values of small integer tensors, the
-shape arithmetic exporters emit) from the inputs', with dims as :mod:`gsrewrite.graph.symdim` expressions.
+"""Symbolic shape rules of the standard ONNX ops: output shapes (and the values of small tensors, the shape
+arithmetic exporters emit, :mod:`gsrewrite.graph.shape_values`) from the inputs', with dims as
+:mod:`gsrewrite.graph.symdim` expressions.
 
 A rule gets a :class:`NodeView` and returns one :class:`Info` per output, ``None`` where it cannot tell; the
 engine (:mod:`gsrewrite.graph.symbolic_shapes`) falls back to ONNX's own inference there. Rules never raise
@@ -16,17 +17,17 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from gsrewrite.graph import shape_values as values
+from gsrewrite.graph.shape_values import MAX_VALUE_LENGTH, Element, Frac, Value, constant_value
 from gsrewrite.graph.symdim import DimValue, Expr, ceil_div, dim_max, dim_min, floor_div, mul
 from gsrewrite.graph.symdim import add as dim_add
 from gsrewrite.graph.symdim import sub as dim_sub
 
+__all__ = ["MAX_VALUE_LENGTH", "RULES", "Dim", "Info", "NodeView", "Shape", "Value", "constant_value"]
+
 Dim = DimValue | None
 Shape = list[Dim]
-#: the value of a small integer tensor: a scalar or a 1-D list (elements unknown -> None)
-Value = Dim | list[Dim]
 
-#: longest 1-D integer tensor whose value is tracked
-MAX_VALUE_LENGTH = 64
 #: Slice ends at or beyond this mean "to the end"
 _TO_THE_END = 2**30
 
@@ -39,13 +40,27 @@ class Info:
     shape: Shape | None = None
     value: Value = None
     has_value: bool = False
-    #: the elements of a small float constant (Resize scales)
+    #: the elements of a small float constant as they are stored (Resize scales)
     floats: list[float] | None = None
 
     @staticmethod
     def of_value(dtype: int, value: Value) -> Info:
         shape: Shape = [len(value)] if isinstance(value, list) else []
         return Info(dtype, shape, value, True)
+
+    @staticmethod
+    def of_array(dtype: int, array: np.ndarray | None, shape: Shape | None = None) -> Info:
+        """A tensor of ``shape`` (the array's by default) with the array's elements as its value."""
+        if array is not None and not isinstance(array, np.ndarray):  # (numpy gives a 0-d result as the item)
+            item = array
+            array = np.empty((), dtype=object)
+            array[()] = item
+        out = Info(dtype, list(array.shape) if shape is None and array is not None else shape)
+        if array is not None:
+            tracked = values.from_array(array)
+            if tracked is not None or array.ndim == 0:
+                out.value, out.has_value = tracked, True
+        return out
 
 
 @dataclass(slots=True)
@@ -69,6 +84,13 @@ class NodeView:
         info = self.inputs[i] if i < len(self.inputs) else None
         return None if info is None or not info.has_value else info.value
 
+    def array(self, i: int) -> np.ndarray | None:
+        """Input ``i``'s value as an object array of its shape (None when it is not tracked)."""
+        info = self.inputs[i] if i < len(self.inputs) else None
+        if info is None or not info.has_value:
+            return None
+        return values.to_array(info.value, info.shape)
+
     def has_input(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] is not None
 
@@ -85,10 +107,12 @@ class NodeView:
         return None if info is None else info.floats
 
     def dims(self, i: int) -> list[Dim] | None:
+        """A 1-D (or scalar) input's value as dims (a fraction is not a dim: None)."""
         value = self.value(i)
         if value is None:
             return None
-        return list(value) if isinstance(value, list) else [value]
+        items = list(value) if isinstance(value, list) else [value]
+        return [values.as_expr(v) for v in items]
 
 
 Rule = Callable[[NodeView], list[Info | None]]
@@ -156,70 +180,18 @@ def _same(view: NodeView, dtype: int | None = None) -> list[Info | None]:
     return [out] + [None] * (view.n_outputs - 1)
 
 
-def _elementwise_value(op: str, values: list[Value]) -> Value:
-    """Apply a shape-arithmetic op to scalar / 1-D values (None elements stay None)."""
-    if any(v is None for v in values):
-        return None
-    lists = [v if isinstance(v, list) else [v] for v in values]
-    length = max(len(v) for v in lists)
-    if any(len(v) not in (1, length) for v in lists):
-        return None
-    result: list[Dim] = []
-    for i in range(length):
-        args = [v[0] if len(v) == 1 else v[i] for v in lists]
-        result.append(_apply(op, args))
-    scalar = all(not isinstance(v, list) for v in values)
-    return result[0] if scalar else result
-
-
-def _apply(op: str, args: list[Dim]) -> Dim:
-    if any(a is None for a in args):
-        return None
-    a = args[0]
-    assert a is not None
-    try:
-        if op in ("Identity", "Cast", "Ceil", "Floor", "Round"):
-            return a
-        if op == "Neg":
-            return mul(a, -1)
-        if op == "Abs":
-            return abs(a) if isinstance(a, int) else a
-        b = args[1]
-        assert b is not None
-        if op == "Add":
-            return dim_add(a, b)
-        if op == "Sub":
-            return dim_sub(a, b)
-        if op == "Mul":
-            return mul(a, b)
-        if op == "Div":
-            if isinstance(a, int) and isinstance(b, int):
-                return int(a / b) if b else None  # ONNX integer division truncates
-            return floor_div(a, b)
-        if op == "Mod":
-            return a % b if isinstance(a, int) and isinstance(b, int) and b else None
-        if op == "Max":
-            return dim_max(*[x for x in args if x is not None])
-        if op == "Min":
-            return dim_min(*[x for x in args if x is not None])
-        if op == "Equal":
-            if a == b:
-                return 1
-            if isinstance(a, int) and isinstance(b, int):
-                return 0
-            # a symbolic dim (>= 0) never equals a negative constant (exporters test dims against -1)
-            if (isinstance(b, int) and b < 0) or (isinstance(a, int) and a < 0):
-                return 0
-            return None
-    except ZeroDivisionError:
-        return None
-    return None
+def _reshaped(view: NodeView, out: Info, source: int = 0) -> Info:
+    """``out`` with input ``source``'s value, its elements in the same order (a view op: Reshape, Squeeze, ...)."""
+    array = view.array(source)
+    if array is not None and out.shape is not None:
+        target = values.static_shape(out.shape)
+        if target is not None and math.prod(target) == array.size:
+            out.value, out.has_value = values.from_array(array.reshape(target)), True
+    return out
 
 
 def _is_int_type(dtype: int) -> bool:
-    return dtype in (TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
-                     TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
-                     TensorProto.BOOL)
+    return values.is_int_type(dtype)
 
 
 # elementwise -------------------------------------------------------------------------------------
@@ -228,15 +200,21 @@ _UNARY = ("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", 
           "HardSwish", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Floor", "Ceil", "Round",
           "Sign", "Selu", "Elu", "Celu", "Mish", "Gelu", "Trilu", "CumSum", "InstanceNormalization",
           "LpNormalization", "LRN", "GroupNormalization", "MeanVarianceNormalization", "Shrink",
-          "ThresholdedRelu", "Not", "BitwiseNot", "Swish", "ReverseSequence", "Bernoulli")
-_VALUE_UNARY = ("Identity", "Neg", "Abs", "Ceil", "Floor", "Round")
+          "ThresholdedRelu", "Not", "BitwiseNot", "Swish", "ReverseSequence", "Bernoulli", "Asinh", "Acosh",
+          "Atanh", "CumProd", "RotaryEmbedding")
 
 
 @rule(*_UNARY)
 def _unary(view: NodeView) -> list[Info | None]:
     out = _same(view)
-    if view.op in _VALUE_UNARY and view.value(0) is not None and out[0] is not None:
-        out[0].value, out[0].has_value = _elementwise_value(view.op, [view.value(0)]), True
+    fn = values.UNARY.get(view.op)
+    if view.op == "Not":
+        fn = lambda a: (1 - a) if a in (0, 1) else None  # noqa: E731
+    array = view.array(0)
+    if fn is not None and array is not None and out[0] is not None:
+        result = values.elementwise(fn, [array])
+        if result is not None:
+            out[0].value, out[0].has_value = values.from_array(result), True
     return out
 
 
@@ -245,21 +223,24 @@ def _predicate(view: NodeView) -> list[Info | None]:
     return _same(view, TensorProto.BOOL)
 
 
+def _cast_value(view: NodeView, out: Info, source: int, target: int) -> Info:
+    array = view.array(0)
+    if array is not None:
+        result = values.elementwise(lambda a: values.cast(a, source, target), [array])
+        if result is not None:
+            out.value, out.has_value = values.from_array(result), True
+    return out
+
+
 @rule("Cast")
 def _cast(view: NodeView) -> list[Info | None]:
     to = int(view.attrs.get("to", 0))
-    out = Info(to, view.shape(0))
-    if view.value(0) is not None and _is_int_type(to) and _is_int_type(view.dtype(0)):
-        out.value, out.has_value = view.value(0), True
-    return [out]
+    return [_cast_value(view, Info(to, view.shape(0)), view.dtype(0), to)]
 
 
 @rule("CastLike")
 def _cast_like(view: NodeView) -> list[Info | None]:
-    out = Info(view.dtype(1), view.shape(0))
-    if view.value(0) is not None and _is_int_type(view.dtype(1)) and _is_int_type(view.dtype(0)):
-        out.value, out.has_value = view.value(0), True
-    return [out]
+    return [_cast_value(view, Info(view.dtype(1), view.shape(0)), view.dtype(0), view.dtype(1))]
 
 
 _ARITH = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "BitShift",
@@ -269,31 +250,37 @@ _COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", 
 
 @rule(*_ARITH, *_COMPARE)
 def _binary(view: NodeView) -> list[Info | None]:
-    shapes = [view.shape(i) for i in range(len(view.inputs)) if view.has_input(i)]
+    present = [i for i in range(len(view.inputs)) if view.has_input(i)]
+    shapes = [view.shape(i) for i in present]
     dtype = TensorProto.BOOL if view.op in _COMPARE else view.dtype(0)
     out = Info(dtype, broadcast(*shapes))
-    values = [view.value(i) for i in range(len(view.inputs))]
-    if view.op in ("Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal") and all(
-            v is not None for v in values) and _is_int_type(view.dtype(0)):
-        out.value = _elementwise_value(view.op, values)
-        out.has_value = out.value is not None
+    fn = values.binary_fn(view.op, view.dtype(0))
+    if fn is None or not present or (len(present) != 2 and view.op not in ("Max", "Min", "Sum")):
+        return [out]
+    arrays = [view.array(i) for i in present]
+    if any(a is None for a in arrays):
+        return [out]
+    result = arrays[0]
+    for other in arrays[1:]:
+        result = values.elementwise(fn, [result, other])  # type: ignore[list-item]
+        if result is None:
+            return [out]
+    if len(arrays) == 1:
+        result = values.elementwise(lambda a: a, [result])  # type: ignore[list-item]
+    if result is not None:
+        out.value, out.has_value = values.from_array(result), True
     return [out]
 
 
 @rule("Where")
 def _where(view: NodeView) -> list[Info | None]:
     out = Info(view.dtype(1) or view.dtype(2), broadcast(view.shape(0), view.shape(1), view.shape(2)))
-    cond, x, y = view.value(0), view.value(1), view.value(2)
-    if cond is not None and x is not None and y is not None:
-        lists = [v if isinstance(v, list) else [v] for v in (cond, x, y)]
-        length = max(len(v) for v in lists)
-        if all(len(v) in (1, length) for v in lists):
-            picked: list[Dim] = []
-            for i in range(length):
-                c, a, b = (v[0] if len(v) == 1 else v[i] for v in lists)
-                picked.append(None if c is None else (a if c else b))
-            out.value = picked if any(isinstance(v, list) for v in (cond, x, y)) else picked[0]
-            out.has_value = True
+    arrays = [view.array(i) for i in range(3)]
+    if all(a is not None for a in arrays):
+        result = values.elementwise(lambda c, a, b: None if c not in (0, 1) else (a if c else b),
+                                    arrays)  # type: ignore[arg-type]
+        if result is not None:
+            out.value, out.has_value = values.from_array(result), True
     return [out]
 
 
@@ -500,10 +487,7 @@ def _reshape(view: NodeView) -> list[Info | None]:
         known_rest = product(rest)
         index = out.index(-1)
         out[index] = floor_div(total, known_rest) if total is not None and known_rest not in (None, 0) else None
-    result = Info(view.dtype(0), out)
-    if view.value(0) is not None:
-        result.value, result.has_value = view.value(0), True
-    return [result]
+    return [_reshaped(view, Info(view.dtype(0), out))]
 
 
 @rule("Flatten")
@@ -513,7 +497,7 @@ def _flatten(view: NodeView) -> list[Info | None]:
         return [None]
     axis = int(view.attrs.get("axis", 1))
     axis = axis + len(x) if axis < 0 else axis
-    return [Info(view.dtype(0), [product(x[:axis]), product(x[axis:])])]
+    return [_reshaped(view, Info(view.dtype(0), [product(x[:axis]), product(x[axis:])]))]
 
 
 @rule("Transpose")
@@ -524,7 +508,8 @@ def _transpose(view: NodeView) -> list[Info | None]:
     perm = list(view.attrs.get("perm", range(len(x) - 1, -1, -1)))
     if sorted(perm) != list(range(len(x))):
         return [None]
-    return [Info(view.dtype(0), [x[p] for p in perm])]
+    array = view.array(0)
+    return [Info.of_array(view.dtype(0), None if array is None else array.transpose(perm), [x[p] for p in perm])]
 
 
 def _axes(view: NodeView, input_index: int) -> list[int] | None:
@@ -548,12 +533,7 @@ def _squeeze(view: NodeView) -> list[Info | None]:
     else:
         drop = {_axis(a, len(x)) for a in axes}
         kept = [d for i, d in enumerate(x) if i not in drop]
-    out = Info(view.dtype(0), kept)
-    value = view.value(0)
-    if value is not None:
-        out.value, out.has_value = (value[0] if isinstance(value, list) and len(value) == 1 and not kept
-                                    else value), True
-    return [out]
+    return [_reshaped(view, Info(view.dtype(0), kept))]
 
 
 @rule("Unsqueeze")
@@ -566,11 +546,7 @@ def _unsqueeze(view: NodeView) -> list[Info | None]:
     shape: Shape = list(x)
     for p in positions:
         shape.insert(p, 1)
-    out = Info(view.dtype(0), shape)
-    value = view.value(0)
-    if value is not None and len(shape) <= 1:
-        out.value, out.has_value = (value if isinstance(value, list) else [value]), True
-    return [out]
+    return [_reshaped(view, Info(view.dtype(0), shape))]
 
 
 @rule("Concat")
@@ -586,15 +562,14 @@ def _concat(view: NodeView) -> list[Info | None]:
     for i in range(rank):
         dims = [s[i] for s in shapes]  # type: ignore[index]
         out_shape.append(_sum(dims) if i == axis else next((d for d in dims if d is not None), None))
-    out = Info(view.dtype(0), out_shape)
-    values = [view.value(i) for i in range(len(view.inputs))]
-    if rank == 1 and all(v is not None for v in values):
-        flat: list[Dim] = []
-        for v in values:
-            flat.extend(v if isinstance(v, list) else [v])
-        if len(flat) <= MAX_VALUE_LENGTH:
-            out.value, out.has_value = flat, True
-    return [out]
+    arrays = [view.array(i) for i in range(len(view.inputs))]
+    if any(a is None for a in arrays):
+        return [Info(view.dtype(0), out_shape)]
+    try:
+        joined: np.ndarray = np.concatenate(arrays, axis=axis)  # type: ignore[arg-type]
+    except ValueError:  # (shapes that do not concatenate: the model fails there)
+        return [Info(view.dtype(0), out_shape)]
+    return [Info.of_array(view.dtype(0), joined, out_shape)]
 
 
 def _sum(dims: Sequence[Dim]) -> Dim:
@@ -633,7 +608,16 @@ def _split(view: NodeView) -> list[Info | None]:
             sizes = [floor_div(dim, n)] * n
     if sizes is None or len(sizes) != view.n_outputs:
         return [None] * view.n_outputs
-    return [Info(view.dtype(0), [*x[:axis], size, *x[axis + 1:]]) for size in sizes]
+    outs: list[Info | None] = [Info(view.dtype(0), [*x[:axis], size, *x[axis + 1:]]) for size in sizes]
+    array = view.array(0)
+    counts = [size for size in sizes if isinstance(size, int)]
+    if array is not None and len(counts) == len(sizes) and sum(counts) == array.shape[axis]:
+        offsets = np.cumsum([0, *counts])
+        for out, begin, end in zip(outs, offsets[:-1], offsets[1:], strict=True):
+            assert out is not None
+            picked = np.take(array, range(int(begin), int(end)), axis=axis)
+            out.value, out.has_value = values.from_array(picked), True
+    return outs
 
 
 #: a constant Slice bound of at most this magnitude is taken to lie inside a symbolic dim (``x[1:-1]`` is
@@ -703,10 +687,12 @@ def _slice(view: NodeView) -> list[Info | None]:
             return [None]
         shape[a] = _slice_length(x[a], start, end, int(step))
     out = Info(view.dtype(0), shape)
-    value = view.value(0)
-    if isinstance(value, list) and len(x) == 1 and all(isinstance(v, int) for v in (*starts, *ends)):
-        picked = value[slice(int(starts[0]), int(ends[0]), int(steps[0]))]  # type: ignore[arg-type]
-        out.value, out.has_value = picked, True
+    array = view.array(0)
+    if array is not None and all(isinstance(v, int) for v in (*starts, *ends)):
+        index: list[slice] = [slice(None)] * array.ndim
+        for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+            index[_axis(int(axis), array.ndim)] = slice(int(start), int(end), int(step))  # type: ignore[arg-type, index]
+        out = Info.of_array(view.dtype(0), array[tuple(index)], shape)
     return [out]
 
 
@@ -718,15 +704,14 @@ def _gather(view: NodeView) -> list[Info | None]:
     axis = _axis(int(view.attrs.get("axis", 0)), len(data))
     if axis is None:
         return [None]
-    out = Info(view.dtype(0), [*data[:axis], *indices, *data[axis + 1:]])
-    value, picks = view.value(0), view.ints(1)
-    if isinstance(value, list) and picks is not None and len(data) == 1:
-        try:
-            chosen: list[Dim] = [value[p] for p in picks]
-        except IndexError:
-            return [out]
-        out.value, out.has_value = (chosen if indices else chosen[0]), True
-    return [out]
+    shape = [*data[:axis], *indices, *data[axis + 1:]]
+    array, picks = view.array(0), view.array(1)
+    if array is None or picks is None or not all(isinstance(p, int) for p in picks.reshape(-1)):
+        return [Info(view.dtype(0), shape)]
+    size = array.shape[axis]
+    if not all(-size <= p < size for p in picks.reshape(-1)):
+        return [Info(view.dtype(0), shape)]  # (out of range: the model fails there)
+    return [Info.of_array(view.dtype(0), np.take(array, picks.astype(np.int64), axis=axis), shape)]
 
 
 @rule("GatherND")
@@ -757,15 +742,14 @@ def _expand(view: NodeView) -> list[Info | None]:
     target = view.dims(1)
     if target is None:
         return [None]
-    out = Info(view.dtype(0), broadcast(view.shape(0), target))
-    value = view.value(0)
-    if value is not None and out.shape is not None and len(out.shape) <= 1:
-        items = value if isinstance(value, list) else [value]
-        length = out.shape[0] if out.shape else 1
-        if isinstance(length, int) and length <= MAX_VALUE_LENGTH and len(items) in (1, length):
-            expanded: list[Dim] = list(items) * length if len(items) == 1 else list(items)
-            out.value, out.has_value = (expanded if out.shape else expanded[0]), True
-    return [out]
+    shape = broadcast(view.shape(0), target)
+    array, size = view.array(0), values.static_shape(shape)
+    if array is None or size is None or math.prod(size) > MAX_VALUE_LENGTH:
+        return [Info(view.dtype(0), shape)]
+    try:
+        return [Info.of_array(view.dtype(0), np.broadcast_to(array, size), shape)]
+    except ValueError:  # (shapes that do not broadcast: the model fails there)
+        return [Info(view.dtype(0), shape)]
 
 
 @rule("Tile")
@@ -773,8 +757,11 @@ def _tile(view: NodeView) -> list[Info | None]:
     x, repeats = view.shape(0), view.dims(1)
     if x is None or repeats is None or len(repeats) != len(x):
         return [None]
-    return [Info(view.dtype(0), [None if d is None or r is None else mul(d, r) for d, r in zip(x, repeats,
-                                                                                              strict=True)])]
+    shape = [None if d is None or r is None else mul(d, r) for d, r in zip(x, repeats, strict=True)]
+    array, counts = view.array(0), view.ints(1)
+    if array is None or counts is None or math.prod(array.shape) * math.prod(counts) > MAX_VALUE_LENGTH:
+        return [Info(view.dtype(0), shape)]
+    return [Info.of_array(view.dtype(0), np.tile(array, counts), shape)]
 
 
 @rule("ConstantOfShape")
@@ -784,30 +771,46 @@ def _constant_of_shape(view: NodeView) -> list[Info | None]:
     dtype = int(value.data_type) if value is not None and hasattr(value, "data_type") else TensorProto.FLOAT
     if target is None:
         return [None]
-    out = Info(dtype, list(target))
-    if value is not None and len(target) == 1 and isinstance(target[0], int) and \
-            target[0] <= MAX_VALUE_LENGTH and _is_int_type(dtype):
-        from onnx import numpy_helper
-        fill = int(numpy_helper.to_array(value).reshape(-1)[0])
-        out.value, out.has_value = [fill] * target[0], True
-    return [out]
+    size = values.static_shape(target)
+    if size is None or math.prod(size) > MAX_VALUE_LENGTH:
+        return [Info(dtype, list(target))]
+    from onnx import numpy_helper
+
+    fill = values.constant_value(numpy_helper.to_array(value).reshape(-1)[:1]) if value is not None else [0]
+    array = np.empty(size, dtype=object)
+    array.fill(fill[0] if isinstance(fill, list) and fill else None)
+    return [Info.of_array(dtype, array, list(target))]
 
 
 @rule("Range")
 def _range(view: NodeView) -> list[Info | None]:
-    start, limit, delta = view.value(0), view.value(1), view.value(2)
-    if not all(isinstance(v, (int, Expr)) for v in (start, limit, delta)) or not isinstance(delta, int) \
-            or delta == 0:
+    start, limit, delta = (_scalar(view, i) for i in range(3))
+    if start is None or limit is None or delta is None or delta == 0:
         return [Info(view.dtype(0), [None])]
-    assert start is not None and limit is not None and not isinstance(start, list) and \
-        not isinstance(limit, list)
-    length = ceil_div(dim_sub(limit, start), delta) if delta > 0 else ceil_div(dim_sub(start, limit), -delta)
+    # max(ceil((limit - start) / delta), 0): the count of a size is >= 0 (a symbolic count is taken as it is)
+    span = values.sub(limit, start)
+    steps = None if span is None else values.true_div(span, delta)
+    length = None if steps is None or isinstance(delta, Expr) else values.ceil(steps)
     if isinstance(length, int):
         length = max(length, 0)
+    if not isinstance(length, (int, Expr)):
+        return [Info(view.dtype(0), [None])]
     out = Info(view.dtype(0), [length])
-    if isinstance(length, int) and isinstance(start, int) and length <= MAX_VALUE_LENGTH:
-        out.value, out.has_value = [start + i * delta for i in range(length)], True
+    if isinstance(length, int) and length <= MAX_VALUE_LENGTH:
+        items: list[Element] = []
+        for i in range(length):
+            step = values.mul(delta, i)
+            items.append(None if step is None else values.add(start, step))
+        out.value, out.has_value = items, True
     return [out]
+
+
+def _scalar(view: NodeView, i: int) -> Element:
+    """A scalar (or one-element) input's element."""
+    value = view.value(i)
+    if isinstance(value, list):
+        return value[0] if len(value) == 1 else None
+    return value
 
 
 _REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -830,11 +833,16 @@ def _reduce(view: NodeView) -> list[Info | None]:
     chosen = {_axis(a, len(x)) for a in axes}
     shape = [1 if i in chosen else d for i, d in enumerate(x)] if keep else \
         [d for i, d in enumerate(x) if i not in chosen]
-    out = Info(view.dtype(0), shape)
-    value = view.value(0)
-    if view.op == "ReduceProd" and isinstance(value, list) and len(x) == 1:
-        out.value, out.has_value = (product(value) if not keep else [product(value)]), True
-    return [out]
+    fn = _REDUCE_VALUES.get(view.op)
+    array = view.array(0)
+    reduced = [a for a in chosen if a is not None]
+    if fn is None or array is None or len(reduced) != len(chosen):
+        return [Info(view.dtype(0), shape)]
+    return [Info.of_array(view.dtype(0), values.reduce(fn, array, sorted(reduced), keep), shape)]
+
+
+_REDUCE_VALUES = {"ReduceProd": values.mul, "ReduceSum": values.add, "ReduceMax": values.BINARY["Max"],
+                  "ReduceMin": values.BINARY["Min"]}
 
 
 @rule("ArgMax", "ArgMin")
@@ -885,24 +893,50 @@ def _resize(view: NodeView) -> list[Info | None]:
     x = view.shape(0)
     if x is None:
         return [None]
+    axes = [_axis(int(a), len(x)) for a in view.attrs.get("axes", range(len(x)))]
+    if None in axes:
+        return [None]
+    unknown = Info(view.dtype(0), [None] * len(x))
     sizes = view.dims(3) if view.op == "Resize" and view.has_input(3) else None
-    if sizes is not None and len(sizes) == len(x):
-        return [Info(view.dtype(0), list(sizes))]
-    scales = view.attrs.get("scales") if "scales" in view.attrs else \
-        view.floats((1 if view.opset < 11 else 2) if view.op == "Resize" else 1)
-    if scales is None or len(scales) != len(x):
-        return [Info(view.dtype(0), [None] * len(x))]
-    shape: Shape = []
-    for d, s in zip(x, scales, strict=True):
-        if d is None:
-            shape.append(None)
-        elif isinstance(d, int):
-            shape.append(math.floor(d * s + 1e-9))
-        elif float(s).is_integer():
-            shape.append(mul(d, int(s)))
-        else:
-            shape.append(None)
+    if sizes is not None:
+        policy = str(view.attrs.get("keep_aspect_ratio_policy", "stretch"))
+        if len(sizes) != len(axes) or policy != "stretch":
+            return [unknown]
+        shape: Shape = list(x)
+        for axis, size in zip(axes, sizes, strict=True):
+            shape[axis] = size  # type: ignore[index]
+        return [Info(view.dtype(0), shape)]
+    scale_input = (1 if view.opset < 11 else 2) if view.op == "Resize" else 1
+    scales: list[Any] | None = view.attrs.get("scales") if "scales" in view.attrs else \
+        (view.floats(scale_input) or _elements(view.value(scale_input)))
+    if scales is None or len(scales) != len(axes):
+        return [unknown]
+    shape = list(x)
+    for axis, scale in zip(axes, scales, strict=True):
+        shape[axis] = _scaled(x[axis], scale)  # type: ignore[index]
     return [Info(view.dtype(0), shape)]
+
+
+def _elements(value: Value) -> list[Element] | None:
+    return None if value is None else (value if isinstance(value, list) else [value])
+
+
+def _scaled(dim: Dim, scale: Any) -> Dim:
+    """A Resize output dim: ``dim * scale`` truncated, in float32 as onnxruntime computes it when both are
+    numbers; exactly (a floor) when either is symbolic (``h * (2h / h)`` is ``2h``)."""
+    if dim is None or scale is None:
+        return None
+    concrete = isinstance(scale, (int, float)) or (isinstance(scale, Frac) and isinstance(scale.num, int)
+                                                    and isinstance(scale.den, int))
+    if isinstance(dim, int) and concrete:
+        return int(np.float32(float(scale)) * np.float32(dim))
+    if isinstance(scale, float):
+        if not scale.is_integer():
+            return None
+        scale = int(scale)
+    scaled = values.mul(dim, scale)
+    result = None if scaled is None else values.floor(scaled)
+    return result if isinstance(result, (int, Expr)) else None
 
 
 @rule("DepthToSpace", "SpaceToDepth")
@@ -935,12 +969,3 @@ def _one_hot(view: NodeView) -> list[Info | None]:
     shape: Shape = list(indices)
     shape.insert(axis, depth[0] if depth else None)
     return [Info(view.dtype(2), shape)]
-
-
-def constant_value(array: np.ndarray) -> Value:
-    """The tracked value of a constant: small integer scalars and 1-D vectors."""
-    if array.dtype.kind not in "iub" or array.ndim > 1 or array.size > MAX_VALUE_LENGTH:
-        return None
-    if array.ndim == 0:
-        return int(array)
-    return [int(v) for v in array]

@@ -148,6 +148,7 @@ class _Walk:
         self._read_early: set[str] = set()
         self._opset = self.opsets.get("", 0)
         self._fresh = self.fresh
+        self.bindings: dict[str, int] = dict(given.bindings)
 
     # symbols -------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> Expr:
@@ -157,12 +158,31 @@ class _Walk:
         return symdim.sym(name)
 
     def _bind(self, value: DimValue) -> DimValue:
-        if not self.given.bindings or isinstance(value, int):
-            return value
-        names = value.symbols()
-        if names and names <= set(self.given.bindings):
-            return symdim.evaluate(value, self.given.bindings)
-        return value
+        """``value`` with the sizes given (``seq=128``, or read off a given input shape) put in."""
+        return symdim.bind(value, self.bindings) if self.bindings else value
+
+    def _given_bindings(self, graph: onnx.GraphProto, initializers: set[str]) -> dict[str, int]:
+        """The sizes given: ``SYMBOL=N``, and each symbol an input declares where the input's shape is given
+        (``x:1,3,640,640`` on ``x [batch, 3, height, width]`` binds batch, height and width everywhere: in the
+        other inputs, in the dims the model declares and ONNX's inference gives). A symbol given two sizes is an
+        error."""
+        bindings = dict(self.given.bindings)
+        source = {name: f"{name}={size}" for name, size in bindings.items()}
+        for value_info in graph.input:
+            dims = self.given.shapes.get(value_info.name)
+            tensor_type = value_info.type.tensor_type
+            if dims is None or value_info.name in initializers or not tensor_type.HasField("shape") or \
+                    len(tensor_type.shape.dim) != len(dims):
+                continue
+            for axis, (declared, size) in enumerate(zip(tensor_type.shape.dim, dims, strict=True)):
+                name = symdim.symbol_name(symdim.from_dim_param(declared.dim_param)) if declared.dim_param else None
+                if name is None or not isinstance(size, int):
+                    continue
+                where = f"{value_info.name}[{axis}] = {size}"
+                if bindings.setdefault(name, size) != size:
+                    raise UsageError(f"--input-shape gives {name!r} two sizes: {source[name]} and {where}")
+                source.setdefault(name, where)
+        return bindings
 
     def _dim_of(self, dim: onnx.TensorShapeProto.Dimension, where: str) -> DimValue:
         if dim.HasField("dim_value") and dim.dim_value >= 0:
@@ -186,6 +206,7 @@ class _Walk:
     # the walk ------------------------------------------------------------------------------------
     def run(self) -> None:
         graph = self.model.graph
+        self.bindings = self._given_bindings(graph, {t.name for t in graph.initializer})
         for init in graph.initializer:
             self.tensors[init.name] = _constant_info(init)
         for value_info in graph.input:
@@ -233,7 +254,7 @@ class _Walk:
         initializers = {t.name for t in graph.initializer}
         self.result = SymbolicShapes(
             tensors=self.tensors, symbols={k: v for k, v in self.symbols.items() if k in used},
-            bindings=dict(self.given.bindings),
+            bindings=dict(self.bindings),
             unknown=unknown,
             fallback_ops=self.fallback_ops,
             inputs=[i.name for i in graph.input if i.name not in initializers],
@@ -292,7 +313,7 @@ class _Walk:
                 continue
             info = outputs[index] if outputs is not None and index < len(outputs) else None
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
-            if info is None or info.shape is None:
+            if info is None or info.shape is None or any(map(_IS_NONE, info.shape)):
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
             if not self._incomplete and _incomplete(merged):
                 self._incomplete = True
@@ -319,12 +340,15 @@ class _Walk:
                 return
             if attr.name in ("value_int", "value_ints"):
                 value = np.array(attrs[attr.name], dtype=np.int64)
-                self.tensors[node.output[0]] = Info(onnx.TensorProto.INT64, list(value.shape),
-                                                    constant_value(value), True)
+                tracked = constant_value(value)
+                self.tensors[node.output[0]] = Info(onnx.TensorProto.INT64, list(value.shape), tracked,
+                                                    tracked is not None)
                 return
             if attr.name in ("value_float", "value_floats"):
                 value = np.array(attrs[attr.name], dtype=np.float32)
-                self.tensors[node.output[0]] = Info(onnx.TensorProto.FLOAT, list(value.shape),
+                tracked = constant_value(value)
+                self.tensors[node.output[0]] = Info(onnx.TensorProto.FLOAT, list(value.shape), tracked,
+                                                    tracked is not None,
                                                     floats=[float(v) for v in value.reshape(-1)])
                 return
         self.tensors[node.output[0]] = self.baseline.get(node.output[0], Info())
@@ -352,7 +376,8 @@ class _Walk:
             elem = 0 if answer_dtype is None else (
                 int(answer_dtype) if isinstance(answer_dtype, int) else
                 onnx.helper.np_dtype_to_tensor_dtype(np.dtype(answer_dtype)))
-            out.append(Info(elem, None if answer_shape is None else [_as_dim(d) for d in answer_shape]))
+            dims = None if answer_shape is None else [_as_dim(d) for d in answer_shape]
+            out.append(Info(elem, None if dims is None else [None if d is None else self._bind(d) for d in dims]))
         return out
 
 
@@ -391,10 +416,10 @@ def _constant_info(tensor: onnx.TensorProto) -> Info:
             array = numpy_helper.to_array(tensor)
         except Exception:  # unreadable data: the shape is still known
             return info
-        if array.dtype.kind in "iub":
+        if array.dtype.kind in "iubf":
             info.value = constant_value(array)
             info.has_value = info.value is not None
-        elif array.dtype.kind == "f":
+        if array.dtype.kind == "f":
             info.floats = [float(v) for v in array.reshape(-1)]
     return info
 

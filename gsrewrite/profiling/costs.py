@@ -37,7 +37,7 @@ from onnx import numpy_helper
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite import plugin_hooks
-from gsrewrite.graph import symdim
+from gsrewrite.graph import shape_values, symdim
 from gsrewrite.graph.shape_rules import Info
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.graph.symdim import DimValue, Expr
@@ -382,7 +382,7 @@ class ProfileContext:
             return None
         if info.floats is not None:
             return info.floats
-        return info.value if info.has_value else None
+        return shape_values.plain(info.value) if info.has_value else None
 
 
 def profile_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None,
