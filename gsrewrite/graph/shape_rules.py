@@ -969,3 +969,179 @@ def _one_hot(view: NodeView) -> list[Info | None]:
     shape: Shape = list(indices)
     shape.insert(axis, depth[0] if depth else None)
     return [Info(view.dtype(2), shape)]
+
+
+# recurrent ------------------------------------------------------------------------------------------
+@rule("LSTM", "GRU", "RNN")
+def _recurrent(view: NodeView) -> list[Info | None]:
+    """Y [seq, directions, batch, hidden], Y_h (and LSTM's Y_c) [directions, batch, hidden]; ``layout = 1``
+    puts batch first: Y [batch, seq, directions, hidden], Y_h [batch, directions, hidden]."""
+    x, r = view.shape(0), view.shape(2)
+    if x is None or len(x) != 3:
+        return [None] * view.n_outputs
+    directions = 2 if str(view.attrs.get("direction", "forward")) == "bidirectional" else 1
+    hidden: Dim = int(view.attrs["hidden_size"]) if "hidden_size" in view.attrs else (
+        r[2] if r is not None and len(r) == 3 else None)
+    batch_first = bool(view.attrs.get("layout", 0))
+    seq, batch = (x[1], x[0]) if batch_first else (x[0], x[1])
+    dtype = view.dtype(0)
+    y: Shape = [batch, seq, directions, hidden] if batch_first else [seq, directions, batch, hidden]
+    state: Shape = [batch, directions, hidden] if batch_first else [directions, batch, hidden]
+    outs: list[Info | None] = [Info(dtype, y), Info(dtype, list(state)), Info(dtype, list(state))]
+    return outs[:view.n_outputs]
+
+
+# quantization ----------------------------------------------------------------------------------------
+@rule("QuantizeLinear")
+def _quantize(view: NodeView) -> list[Info | None]:
+    dtype = int(view.attrs.get("output_dtype", 0)) or view.dtype(2) or TensorProto.UINT8
+    return [Info(dtype, view.shape(0))]
+
+
+@rule("DequantizeLinear")
+def _dequantize(view: NodeView) -> list[Info | None]:
+    dtype = int(view.attrs.get("output_dtype", 0)) or view.dtype(1) or TensorProto.FLOAT
+    return [Info(dtype, view.shape(0))]
+
+
+@rule("DynamicQuantizeLinear")
+def _dynamic_quantize(view: NodeView) -> list[Info | None]:
+    return [Info(TensorProto.UINT8, view.shape(0)), Info(TensorProto.FLOAT, []), Info(TensorProto.UINT8, [])]
+
+
+# generators ---------------------------------------------------------------------------------------------
+@rule("EyeLike", "RandomNormalLike", "RandomUniformLike")
+def _like(view: NodeView) -> list[Info | None]:
+    return [Info(int(view.attrs.get("dtype", 0)) or view.dtype(0), view.shape(0))]
+
+
+@rule("RandomNormal", "RandomUniform")
+def _random(view: NodeView) -> list[Info | None]:
+    shape = view.attrs.get("shape")
+    return [Info(int(view.attrs.get("dtype", TensorProto.FLOAT)), None if shape is None else [int(d) for d in shape])]
+
+
+@rule("HannWindow", "HammingWindow", "BlackmanWindow")
+def _window(view: NodeView) -> list[Info | None]:
+    size = _scalar(view, 0)
+    return [Info(int(view.attrs.get("output_datatype", TensorProto.FLOAT)),
+                 [size if isinstance(size, (int, Expr)) else None])]
+
+
+# sizes only the data decides -------------------------------------------------------------------------------
+@rule("Compress")
+def _compress(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    if x is None:
+        return [None]
+    if "axis" not in view.attrs:
+        return [Info(view.dtype(0), [view.fresh("compress")])]
+    axis = _axis(int(view.attrs["axis"]), len(x))
+    if axis is None:
+        return [None]
+    return [Info(view.dtype(0), [*x[:axis], view.fresh("compress"), *x[axis + 1:]])]
+
+
+@rule("NonMaxSuppression")
+def _non_max_suppression(view: NodeView) -> list[Info | None]:
+    return [Info(TensorProto.INT64, [view.fresh("selected"), 3])]
+
+
+@rule("Unique")
+def _unique(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    count = view.fresh("unique")
+    if "axis" in view.attrs and x is not None:
+        axis = _axis(int(view.attrs["axis"]), len(x))
+        y: Shape | None = None if axis is None else [*x[:axis], count, *x[axis + 1:]]
+    else:
+        y = [count]
+    outs: list[Info | None] = [Info(view.dtype(0), y), Info(TensorProto.INT64, [count]),
+                               Info(TensorProto.INT64, [None if x is None else (product(x) if "axis" not in view.attrs
+                                                                                else None)]),
+                               Info(TensorProto.INT64, [count])]
+    if "axis" in view.attrs and x is not None:
+        axis = _axis(int(view.attrs["axis"]), len(x))
+        outs[2] = Info(TensorProto.INT64, [None if axis is None else x[axis]])
+    return outs[:view.n_outputs]
+
+
+# sampling -----------------------------------------------------------------------------------------------
+@rule("RoiAlign")
+def _roi_align(view: NodeView) -> list[Info | None]:
+    x, rois = view.shape(0), view.shape(1)
+    rows = rois[0] if rois else None
+    channels = x[1] if x is not None and len(x) == 4 else None
+    return [Info(view.dtype(0), [rows, channels, int(view.attrs.get("output_height", 1)),
+                                 int(view.attrs.get("output_width", 1))])]
+
+
+@rule("MaxRoiPool")
+def _max_roi_pool(view: NodeView) -> list[Info | None]:
+    x, rois = view.shape(0), view.shape(1)
+    pooled = [int(d) for d in view.attrs.get("pooled_shape", [])]
+    if x is None or len(x) != 4 or len(pooled) != 2:
+        return [None]
+    return [Info(view.dtype(0), [rois[0] if rois else None, x[1], *pooled])]
+
+
+@rule("GridSample")
+def _grid_sample(view: NodeView) -> list[Info | None]:
+    x, grid = view.shape(0), view.shape(1)
+    if x is None or grid is None or len(grid) != len(x) or len(x) < 3:
+        return [None]
+    return [Info(view.dtype(0), [x[0], x[1], *grid[1:-1]])]
+
+
+@rule("AffineGrid")
+def _affine_grid(view: NodeView) -> list[Info | None]:
+    size = view.dims(1)
+    if size is None or len(size) not in (4, 5):
+        return [None]
+    return [Info(view.dtype(0), [size[0], *size[2:], len(size) - 2])]
+
+
+@rule("CenterCropPad")
+def _center_crop_pad(view: NodeView) -> list[Info | None]:
+    x, target = view.shape(0), view.dims(1)
+    if x is None or target is None:
+        return [None]
+    axes = [_axis(int(a), len(x)) for a in view.attrs.get("axes", range(len(x)))]
+    if None in axes or len(axes) != len(target):
+        return [None]
+    shape: Shape = list(x)
+    for axis, size in zip(axes, target, strict=True):
+        shape[axis] = size  # type: ignore[index]
+    return [Info(view.dtype(0), shape)]
+
+
+@rule("MaxUnpool")
+def _max_unpool(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    given = view.dims(2) if view.has_input(2) else None
+    if given is not None:
+        return [Info(view.dtype(0), list(given))]
+    kernel = list(view.attrs.get("kernel_shape", []))
+    if x is None or len(kernel) != len(x) - 2:
+        return [None]
+    rank = len(kernel)
+    strides = list(view.attrs.get("strides", [1] * rank))
+    pads = list(view.attrs.get("pads", [0] * (2 * rank)))
+    spatial: Shape = [None if d is None else dim_sub(dim_add(mul(dim_sub(d, 1), strides[i]), kernel[i]),
+                                                      pads[i] + pads[i + rank]) for i, d in enumerate(x[2:])]
+    return [Info(view.dtype(0), [x[0], x[1], *spatial])]
+
+
+@rule("DeformConv")
+def _deform_conv(view: NodeView) -> list[Info | None]:
+    x, w = view.shape(0), view.shape(1)
+    if x is None or w is None or len(x) < 3:
+        return [None]
+    kernel = list(view.attrs.get("kernel_shape", [])) or w[2:]
+    return [Info(view.dtype(0), [x[0], w[0], *_spatial(view, x, kernel)])]
+
+
+@rule("Det")
+def _det(view: NodeView) -> list[Info | None]:
+    x = view.shape(0)
+    return [None if x is None or len(x) < 2 else Info(view.dtype(0), x[:-2])]

@@ -166,21 +166,16 @@ def _difference_sign(a: Number, b: Number) -> int | None:
     diff = sub(a, b)
     if diff is None:
         return None
-    if isinstance(diff, Frac):
-        if isinstance(diff.num, int) and isinstance(diff.den, int):
-            return (diff.num > 0) - (diff.num < 0)
-        return None
     if isinstance(diff, int):
         return (diff > 0) - (diff < 0)
-    # over symbols alone (sizes, >= 0): all coefficients of one sign decide, strictly with a constant term
-    if not all(isinstance(atom, symdim.Sym) for monomial, _ in diff.terms for atom, _ in monomial):
-        return None
-    coefficients = [c for _, c in diff.terms]
-    constant = diff.constant_term()
-    if all(c >= 0 for c in coefficients):
-        return 1 if constant > 0 else None
-    if all(c <= 0 for c in coefficients):
-        return -1 if constant < 0 else None
+    numerator = diff.num if isinstance(diff, Frac) else diff  # (a fraction's denominator is > 0)
+    if isinstance(numerator, int):
+        return (numerator > 0) - (numerator < 0)
+    at_least = symdim.sign(numerator)  # >= 0 or <= 0; strictly when it stays so one below (or above)
+    if at_least == 1 and symdim.sign(symdim.add(numerator, -1)) == 1:
+        return 1
+    if at_least == -1 and symdim.sign(symdim.add(numerator, 1)) == -1:
+        return -1
     return None
 
 

@@ -16,11 +16,12 @@ dims, ``seq=128`` binds a symbol everywhere; a name the model does not have is a
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,7 +140,8 @@ class _Walk:
         self.model = model
         self.given = given
         self.opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-        self.tensors: dict[str, Info] = {}
+        #: what is known of each tensor (a body's walk sees the enclosing graph's tensors too: a ChainMap)
+        self.tensors: MutableMapping[str, Info] = {}
         self.symbols: dict[str, str] = {}
         self.fresh_count = 0
         self.fallback_ops: dict[str, int] = {}
@@ -149,6 +151,8 @@ class _Walk:
         self._opset = self.opsets.get("", 0)
         self._fresh = self.fresh
         self.bindings: dict[str, int] = dict(given.bindings)
+        #: how deep in If/Loop/Scan bodies this walk is (a body is walked by a walk of its own)
+        self.depth = 0
 
     # symbols -------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> Expr:
@@ -253,7 +257,8 @@ class _Walk:
                        if info.shape is None or not unresolved.isdisjoint(info.shape) or any(map(_IS_NONE, info.shape))]
         initializers = {t.name for t in graph.initializer}
         self.result = SymbolicShapes(
-            tensors=self.tensors, symbols={k: v for k, v in self.symbols.items() if k in used},
+            tensors=self.tensors if isinstance(self.tensors, dict) else dict(self.tensors),
+            symbols={k: v for k, v in self.symbols.items() if k in used},
             bindings=dict(self.bindings),
             unknown=unknown,
             fallback_ops=self.fallback_ops,
@@ -285,6 +290,9 @@ class _Walk:
         attributes = node.attribute
         attrs = {a.name: _attr_value(a) for a in attributes} if attributes else {}
         output_names = list(node.output)
+        if op in _CONTROL_FLOW and not domain:
+            self._visit_control_flow(node, attrs, output_names)
+            return
         if op == "Constant" and not domain:
             self._constant_node(node, attrs)
             if _incomplete(self.tensors[output_names[0]]):
@@ -318,6 +326,194 @@ class _Walk:
             if not self._incomplete and _incomplete(merged):
                 self._incomplete = True
             tensors[name] = merged
+
+    # control flow ---------------------------------------------------------------------------------
+    def _visit_control_flow(self, node: onnx.NodeProto, attrs: dict[str, Any], output_names: list[str]) -> None:
+        """If, Loop and Scan: their bodies walked with the node's inputs (outer tensors in scope); what a body
+        cannot tell comes from ONNX's inference, as for any op."""
+        inputs = [self.tensors.get(name) if name else None for name in node.input]
+        for name, found in zip(node.input, inputs, strict=True):
+            if found is None and name:
+                self._read_early.add(name)
+        bodies = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+        outputs: list[Info | None] | None = None
+        try:
+            if self.depth < MAX_BODY_DEPTH:
+                if node.op_type == "If":
+                    outputs = self._if(node, inputs, bodies)
+                elif node.op_type == "Loop":
+                    outputs = self._loop(node, inputs, bodies.get("body"))
+                else:
+                    outputs = self._scan(node, inputs, attrs, bodies.get("body"))
+        except Exception as exc:  # a body the walk does not understand: unknown, not an error
+            log.debug("shape of %s (%s) failed: %s", node.name, node.op_type, exc)
+        for index, name in enumerate(output_names):
+            if not name:
+                continue
+            info = outputs[index] if outputs is not None and index < len(outputs) else None
+            merged = self._merge(info, self.baseline.get(name))
+            if info is None or info.shape is None or any(map(_IS_NONE, info.shape)):
+                self.fallback_ops[node.op_type] = self.fallback_ops.get(node.op_type, 0) + 1
+            if not self._incomplete and _incomplete(merged):
+                self._incomplete = True
+            self.tensors[name] = merged
+
+    def _body(self, graph: onnx.GraphProto | None, formals: Sequence[Info | None]) -> list[Info | None] | None:
+        """The types of ``graph``'s outputs, walked with ``formals`` as its inputs (a formal None keeps the type
+        the body declares) and the enclosing tensors in scope."""
+        if graph is None:
+            return None
+        child = _Walk.__new__(_Walk)
+        child.__dict__.update(self.__dict__)  # the model, symbols, bindings and fresh names are shared
+        local: dict[str, Info] = {}
+        child.tensors = collections.ChainMap(local, self.tensors)
+        child.baseline = {}
+        child.depth = self.depth + 1
+        child._incomplete, child._read_early = False, set()
+        for init in graph.initializer:
+            local[init.name] = _constant_info(init)
+        for index, declared in enumerate(graph.input):
+            formal = formals[index] if index < len(formals) else None
+            local[declared.name] = formal if formal is not None else child._type_info(declared, declared.name)
+        for value_info in (*graph.value_info, *graph.output):  # the exporter's types: the body's fallback
+            if value_info.type.HasField("tensor_type"):
+                child.baseline[value_info.name] = child._type_info(value_info, value_info.name)
+        child._walk(_topological(graph))
+        return [child.tensors.get(o.name) or child.baseline.get(o.name) for o in graph.output]
+
+    def _if(self, node: onnx.NodeProto, inputs: list[Info | None],
+            bodies: Mapping[str, onnx.GraphProto]) -> list[Info | None] | None:
+        """The branch the condition picks when its value is known (its values too); else both branches, a dim
+        they disagree on becoming a fresh symbol."""
+        cond = _scalar_value(inputs[0] if inputs else None)
+        if cond in (0, 1):
+            return self._body(bodies.get("then_branch" if cond else "else_branch"), [])
+        then, other = self._body(bodies.get("then_branch"), []), self._body(bodies.get("else_branch"), [])
+        if then is None or other is None or len(then) != len(other):
+            return None
+        return [self._join(a, b, f"{node.name or 'If'}.{i}") for i, (a, b) in enumerate(zip(then, other, strict=True))]
+
+    def _join(self, a: Info | None, b: Info | None, where: str) -> Info | None:
+        """One type for two possible tensors: what they agree on (a dim they do not is a fresh symbol)."""
+        if a is None or b is None:
+            return None
+        dtype = a.dtype or b.dtype
+        if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+            return Info(dtype)
+        shape: Shape = [x if x is not None and x == y else self.fresh(f"{where}[{axis}]")
+                        for axis, (x, y) in enumerate(zip(a.shape, b.shape, strict=True))]
+        both = a.has_value and b.has_value and a.value == b.value
+        return Info(dtype, shape, a.value if both else None, both)
+
+    def _loop(self, node: onnx.NodeProto, inputs: list[Info | None],
+              body: onnx.GraphProto | None) -> list[Info | None] | None:
+        """Loop-carried tensors as the body gives them: a dim that changes from one iteration to the next is a
+        fresh symbol inside the body (walked again with it), and after the loop its start plus the trip count
+        times its step when the step is the same every iteration (a Concat growing by a row); scan outputs
+        stacked over the trip count: the trip-count input when the loop cannot stop earlier (no condition, or
+        one the body keeps true), else a fresh symbol (a size only the run decides)."""
+        if body is None:
+            return None
+        carried_count = max(len(node.input) - 2, 0)
+        trip = _scalar_value(inputs[0]) if inputs and node.input[0] else None
+        condition_given = len(node.input) > 1 and bool(node.input[1])
+        first = _scalar_value(inputs[1]) if condition_given else 1
+        initial: list[Info | None] = [_without_value(inputs[2 + i] if 2 + i < len(inputs) else None)
+                                      for i in range(carried_count)]
+        carried = initial
+        outs: list[Info | None] | None = None
+        for attempt in range(2):  # the second walk with the dims the first found changing
+            cond_in = Info(onnx.TensorProto.BOOL, [], first, first is not None)
+            outs = self._body(body, [Info(onnx.TensorProto.INT64, []), cond_in, *carried])
+            if outs is None or len(outs) < 1 + carried_count:
+                return None
+            widened = [self._widen(before, after, f"{node.name or 'Loop'}.{i}")
+                       for i, (before, after) in enumerate(zip(carried, outs[1:1 + carried_count], strict=True))]
+            if attempt or all(_same_type(a, b) for a, b in zip(widened, carried, strict=True)):
+                break
+            carried = widened
+        assert outs is not None
+        if first == 0:
+            count: Dim = 0
+        elif isinstance(trip, (int, Expr)) and not (isinstance(trip, int) and trip >= _UNBOUNDED_TRIPS) and (
+                not condition_given or _scalar_value(outs[0]) == 1):
+            count = trip
+        else:
+            count = self.fresh(f"{node.name or 'Loop'}.iterations")
+        finals = [self._after_loop(start, formal, last, count, f"{node.name or 'Loop'}.{i}")
+                  for i, (start, formal, last) in enumerate(zip(initial, carried, outs[1:1 + carried_count],
+                                                                strict=True))]
+        stacked: list[Info | None] = []
+        for info in outs[1 + carried_count:]:
+            stacked.append(None if info is None or info.shape is None else Info(info.dtype, [count, *info.shape]))
+        return [*finals, *stacked]
+
+    def _after_loop(self, start: Info | None, formal: Info | None, last: Info | None, count: Dim,
+                    where: str) -> Info | None:
+        """A carried tensor's type after ``count`` iterations: each dim the body keeps, or that it changes by
+        the same step every iteration (start + count * step); another changing dim is a fresh symbol."""
+        if last is None or start is None or formal is None or start.shape is None or formal.shape is None or \
+                last.shape is None or not len(start.shape) == len(formal.shape) == len(last.shape):
+            return _without_value(last)
+        dims: Shape = []
+        for axis, (begin, inside, end) in enumerate(zip(start.shape, formal.shape, last.shape, strict=True)):
+            if begin is not None and begin == inside == end:
+                dims.append(begin)
+                continue
+            name = symdim.symbol_name(inside) if inside is not None else None
+            step = symdim.sub(end, inside) if end is not None and inside is not None and name is not None else None
+            if begin is None or count is None or step is None or name in symdim.symbols(step):
+                dims.append(self.fresh(f"{where}[{axis}]"))
+                continue
+            dims.append(symdim.add(begin, symdim.mul(count, step)))
+        return Info(last.dtype or start.dtype, dims)
+
+    def _widen(self, before: Info | None, after: Info | None, where: str) -> Info | None:
+        """A loop-carried type that holds at every iteration: the dims ``before`` and ``after`` agree on."""
+        if before is None or before.shape is None or after is None:
+            return before
+        if after.shape is None or len(after.shape) != len(before.shape):
+            return Info(before.dtype or after.dtype)
+        return Info(before.dtype or after.dtype, [x if x is not None and x == y else self.fresh(f"{where}[{axis}]")
+                                                  for axis, (x, y) in enumerate(zip(before.shape, after.shape,
+                                                                                    strict=True))])
+
+    def _scan(self, node: onnx.NodeProto, inputs: list[Info | None], attrs: dict[str, Any],
+              body: onnx.GraphProto | None) -> list[Info | None] | None:
+        """Scan (opset >= 9): states as the body gives them, scan outputs stacked over the scanned length."""
+        scanned_count = int(attrs.get("num_scan_inputs", 0))
+        if body is None or self._opset < 9 or not 0 < scanned_count <= len(inputs):
+            return None
+        states = [_without_value(info) for info in inputs[:len(inputs) - scanned_count]]
+        scanned = inputs[len(inputs) - scanned_count:]
+        axes = list(attrs.get("scan_input_axes") or [0] * scanned_count)
+        slices: list[Info | None] = []
+        length: Dim = None
+        for info, axis in zip(scanned, axes, strict=False):
+            if info is None or info.shape is None:
+                slices.append(None)
+                continue
+            a = axis + len(info.shape) if axis < 0 else axis
+            if not 0 <= a < len(info.shape):
+                return None
+            length = info.shape[a] if length is None else length
+            slices.append(Info(info.dtype, [d for i, d in enumerate(info.shape) if i != a]))
+        outs = self._body(body, [*states, *slices])
+        if outs is None:
+            return None
+        finals = [_without_value(info) for info in outs[:len(states)]]
+        out_axes = list(attrs.get("scan_output_axes") or [])
+        stacked: list[Info | None] = []
+        for j, info in enumerate(outs[len(states):]):
+            if info is None or info.shape is None:
+                stacked.append(None)
+                continue
+            axis = out_axes[j] if j < len(out_axes) else 0
+            axis = axis + len(info.shape) + 1 if axis < 0 else axis
+            shape = list(info.shape)
+            shape.insert(axis, length)
+            stacked.append(Info(info.dtype, shape))
+        return [*finals, *stacked]
 
     def _merge(self, mine: Info | None, onnx_info: Info | None) -> Info:
         if mine is None:
@@ -379,6 +575,35 @@ class _Walk:
             dims = None if answer_shape is None else [_as_dim(d) for d in answer_shape]
             out.append(Info(elem, None if dims is None else [None if d is None else self._bind(d) for d in dims]))
         return out
+
+
+#: ops whose bodies the walk walks
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: nesting of bodies walked (deeper ones: ONNX's inference)
+MAX_BODY_DEPTH = 8
+#: a Loop trip count this large is a while loop's (exporters write INT64_MAX)
+_UNBOUNDED_TRIPS = 2**31
+
+
+def _scalar_value(info: Info | None) -> Any:
+    """The element of a scalar (or one-element) tensor's tracked value; None when it is not tracked."""
+    if info is None or not info.has_value:
+        return None
+    value = info.value
+    if isinstance(value, list):
+        return value[0] if len(value) == 1 else None
+    return value
+
+
+def _without_value(info: Info | None) -> Info | None:
+    """``info``'s type alone (a value that changes from one iteration to the next is not known)."""
+    return None if info is None else Info(info.dtype, None if info.shape is None else list(info.shape))
+
+
+def _same_type(a: Info | None, b: Info | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.dtype == b.dtype and a.shape == b.shape
 
 
 def _incomplete(info: Info) -> bool:

@@ -23,6 +23,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Union
 
 import numpy as np
@@ -409,18 +410,93 @@ def _extremum(op: str, values: Iterable[DimValue]) -> DimValue:
         exprs.append((max if op == "max" else min)(ints))
     if len(exprs) == 1:
         return exprs[0]
-    # two expressions whose difference has one sign: a symbol is a size (>= 0), so a difference over symbols
-    # alone whose coefficients are all >= 0 (or all <= 0) decides (2048*N against 3072*N; two that differ by a
-    # constant). Not over floor-division or other atoms: (s - 4) // 2 is negative for s < 4.
+    # two expressions whose difference has one sign (see sign(): 2048*N against 3072*N; two that differ by a
+    # constant; "same" padding's 2*((h + 1)//2) - h + 1 against 0)
     if len(exprs) == 2:
-        diff = sub(exprs[0], exprs[1])
-        coefficients = [diff] if isinstance(diff, int) else [c for _, c in diff.terms]
-        over_symbols = isinstance(diff, int) or all(isinstance(atom, Sym) for monomial, _ in diff.terms
-                                                    for atom, _ in monomial)
-        if over_symbols and (all(c >= 0 for c in coefficients) or all(c <= 0 for c in coefficients)):
-            first_larger = all(c >= 0 for c in coefficients)
-            return exprs[0] if first_larger == (op == "max") else exprs[1]
+        known_sign = sign(sub(exprs[0], exprs[1]))
+        if known_sign is not None:
+            return exprs[0] if (known_sign >= 0) == (op == "max") else exprs[1]
     return _fn(op, *sorted(exprs, key=str))
+
+
+def sign(value: DimValue) -> int | None:
+    """1 when ``value`` is >= 0 for every size of its symbols (symbols are sizes: >= 0), -1 when it is <= 0,
+    None when that depends on the sizes. A floor division by a constant ``a // b`` counts as ``(a - r) / b``
+    with a remainder r in [0, b - 1]: ``2*((h + 1)//2) - h`` is ``1 - r``, in [0, 1]. Other atoms (max, min,
+    mod, division by a symbol) leave it undecided."""
+    if isinstance(value, int):
+        return 1 if value >= 0 else -1
+    remainders: list[int] = []
+    try:
+        poly = _expanded(value, remainders)
+    except ExpressionTooLarge:
+        return None
+    if poly is None:
+        return None
+    low: Fraction | None = Fraction(0)
+    high: Fraction | None = Fraction(0)
+    for monomial, coefficient in poly.items():
+        # each monomial is >= 0; bounded above only when it is a product of remainders
+        bound: Fraction | None = Fraction(1)
+        for name, power in monomial:
+            bound = bound * remainders[int(name[1:])] ** power if bound is not None and name[0] == "#" else None
+        if not monomial:
+            low = None if low is None else low + coefficient
+            high = None if high is None else high + coefficient
+        elif coefficient > 0:
+            high = None if high is None or bound is None else high + coefficient * bound
+        else:
+            low = None if low is None or bound is None else low + coefficient * bound
+    if low is not None and low >= 0:
+        return 1
+    if high is not None and high <= 0:
+        return -1
+    return None
+
+
+_Poly = dict[tuple[tuple[str, int], ...], Fraction]
+
+
+def _expanded(value: DimValue, remainders: list[int]) -> _Poly | None:
+    """``value`` as a polynomial with rational coefficients over its symbols and one remainder ``#i`` (in
+    [0, remainders[i]]) per floor division by a constant; None when another atom is in it."""
+    if isinstance(value, int):
+        return {(): Fraction(value)} if value else {}
+    poly: _Poly = {}
+    for monomial, coefficient in value.terms:
+        term: _Poly = {(): Fraction(coefficient)}
+        for atom, power in monomial:
+            if isinstance(atom, Sym):
+                factor: _Poly = {((atom.name, 1),): Fraction(1)}
+            elif atom.op == "floordiv" and isinstance(atom.args[1], int) and atom.args[1] > 0:
+                divisor = atom.args[1]
+                inner = _expanded(atom.args[0], remainders)
+                if inner is None:
+                    return None
+                factor = {m: c / divisor for m, c in inner.items()}
+                factor[((f"#{len(remainders)}", 1),)] = Fraction(-1, divisor)
+                remainders.append(divisor - 1)
+            else:
+                return None
+            for _ in range(power):
+                term = _poly_product(term, factor)
+        for m, c in term.items():
+            poly[m] = poly.get(m, Fraction(0)) + c
+    return {m: c for m, c in poly.items() if c}
+
+
+def _poly_product(a: _Poly, b: _Poly) -> _Poly:
+    if len(a) * len(b) > MAX_TERMS * 4:
+        raise ExpressionTooLarge("dimension expression too large")
+    out: _Poly = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            powers = dict(ma)
+            for name, p in mb:
+                powers[name] = powers.get(name, 0) + p
+            key = tuple(sorted(powers.items()))
+            out[key] = out.get(key, Fraction(0)) + ca * cb
+    return out
 
 
 def _fn(op: str, *args: DimValue) -> Expr:
