@@ -341,6 +341,10 @@ def floor_div(a: DimValue, b: DimValue) -> DimValue:
             return a // b
         if b == 1:
             return a
+        nested = _floor_plus_constant(a) if b > 0 else None
+        if nested is not None:  # (x//d + c)//b == (x + d*c)//(d*b): strided layers in a row are one division
+            x, d, c = nested
+            return floor_div(add(x, d * c), d * b)
         # terms whose coefficient b divides leave the floor exactly (the symbols are integers)
         quotient = {m: c // b for m, c in a.terms if m and c % b == 0}
         remainder = _make({m: c for m, c in a.terms if not (m and c % b == 0)})
@@ -359,6 +363,20 @@ def floor_div(a: DimValue, b: DimValue) -> DimValue:
         else:
             return _make(divided)
     return _fn("floordiv", a, b)
+
+
+def _floor_plus_constant(a: Expr) -> tuple[DimValue, int, int] | None:
+    """(x, d, c) when ``a`` is ``x//d + c`` (d a positive constant), else None."""
+    terms = a.terms
+    if not 1 <= len(terms) <= 2 or (len(terms) == 2 and terms[1][0] != ()):
+        return None
+    monomial, coefficient = terms[0]
+    if coefficient != 1 or len(monomial) != 1 or monomial[0][1] != 1:
+        return None
+    atom = monomial[0][0]
+    if not isinstance(atom, Fn) or atom.op != "floordiv" or not isinstance(atom.args[1], int) or atom.args[1] <= 0:
+        return None
+    return atom.args[0], atom.args[1], terms[1][1] if len(terms) == 2 else 0
 
 
 def mod(a: DimValue, b: DimValue) -> DimValue:

@@ -112,9 +112,9 @@ def _constant_for(node: onnx.NodeProto, position: int, shapes: SymbolicShapes) -
         return None
     items = info.value if isinstance(info.value, list) else [info.value]
     dtype = onnx.helper.tensor_dtype_to_np_dtype(info.dtype) if info.dtype else np.dtype(np.int64)
-    if all(isinstance(v, int) for v in items):
-        array = np.array(items, dtype=dtype)
-        return array if isinstance(info.value, list) else array.reshape(())
+    shape = [d for d in info.shape or () if isinstance(d, int)]
+    if all(isinstance(v, int) for v in items) and info.shape is not None and len(shape) == len(info.shape):
+        return np.array(items, dtype=dtype).reshape(shape)
     if node.op_type == "Reshape" and position == 1 and isinstance(info.value, list) and \
             not any(a.name == "allowzero" and a.i for a in node.attribute):
         source = shapes.shape(node.input[0])

@@ -164,7 +164,7 @@ class Validator:
             return first, sizes, [_run(session, first.feed(run), first.described, proto) for run in range(self.runs)]
         failures: list[str] = []
         seen: list[Shapes] = []
-        for candidate, other in _attempts(dims):
+        for candidate, other in input_attempts(dims):
             try:
                 sizes = self._fit(related_size_sets(candidate, candidate.sample_bindings(other)))
             except MemoryBudgetError:
@@ -225,7 +225,7 @@ class Validator:
         return report
 
 
-def _attempts(dims: InputDims) -> list[tuple[InputDims, int]]:
+def input_attempts(dims: InputDims) -> list[tuple[InputDims, int]]:
     """The dims to generate inputs with, in the order tried: with each relation the graph suggests (a
     decoder's mask over its past and new tokens), then as they are; each at the default size of the other
     dims, then grown (GROWN_DEFAULTS)."""
