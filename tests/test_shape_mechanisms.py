@@ -22,9 +22,9 @@ from gsrewrite.pipelines.shape_check import check_shapes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 
-import real_world  # noqa: E402
-import shape_mechanisms  # noqa: E402
-from shape_mechanisms import ort_unknown  # noqa: E402
+import real_world
+import shape_mechanisms
+from shape_mechanisms import ort_unknown
 
 pytest.importorskip("sympy")  # onnxruntime's symbolic_shape_infer needs it (the dev extra installs it)
 
