@@ -65,22 +65,29 @@ def profile(model: ModelArg, shapes: ShapesArg = None, *, sparsity: bool = True)
 
 
 def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str, int]:
-    """Sizes for the symbols no binding gives: validation's sample sizes of the inputs (batch 2, sequence 16
-    unless the model says otherwise)."""
+    """Sizes for the symbols no binding gives: validation's sample sizes of the inputs, from its input planner
+    (batch 2, sequence 16 unless the model says otherwise; a decoder's decode step; the sizes given kept)."""
+    from gsrewrite.errors import InputDataError
+    from gsrewrite.validation.dims import input_dims
     from gsrewrite.validation.shapes import resolve_shapes
     from gsrewrite.validation.signature import model_inputs
 
     bindings = dict(result.bindings)
+    specs = model_inputs(model)
+    declared = {d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
     try:
-        sample = resolve_shapes(model_inputs(model))
-    except Exception:  # no sample for an odd input: the caller reports the unbound symbols
-        return bindings
+        dims = input_dims(model, {k: v for k, v in bindings.items() if k in declared}, specs)
+        sample = dims.shapes(dims.sample_bindings())
+    except (InputDataError, UsageError):  # dims the planner cannot size: the plain rules
+        try:
+            sample = resolve_shapes(specs)
+        except Exception:  # no sample for an odd input: the caller reports the unbound symbols
+            return bindings
     for name, shape in sample.items():
         for dim, size in zip(result.shape(name) or (), shape, strict=False):
-            if isinstance(dim, symdim.Expr) and len(dim.symbols()) == 1:
-                (symbol,) = dim.symbols()
-                if dim == symdim.sym(symbol):
-                    bindings.setdefault(symbol, int(size))
+            symbol = symdim.symbol_name(dim)
+            if symbol is not None:
+                bindings.setdefault(symbol, int(size))
     return bindings
 
 

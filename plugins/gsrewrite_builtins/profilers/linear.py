@@ -1,4 +1,5 @@
-"""Profilers of the matrix products: MatMul, Gemm, Einsum and their integer forms.
+"""Profilers of the matrix products: MatMul, Gemm, Einsum and their integer forms, and the recurrent cells built
+on them (LSTM, GRU, RNN).
 
 MACs = output elements x the contracted length; Gemm's ``C`` adds one per output element (MatMul + Add and the
 Gemm made of them count the same).
@@ -11,7 +12,7 @@ from typing import Any
 import onnx_graphsurgeon as gs
 
 from gsrewrite.plugin_api import OpCost, OpProfiler, hookimpl
-from gsrewrite_builtins.profilers import ADD, cost, dims, has_input, is_standard, output_elements
+from gsrewrite_builtins.profilers import ADD, MUL, SIGMOID, TANH, cost, dims, has_input, is_standard, output_elements
 
 
 def matmul_macs(a: list[Any] | None, out_elements: Any) -> Any:
@@ -81,7 +82,40 @@ def profile_einsum(node: gs.Node, context: Any) -> OpCost:
     return cost(node, total)
 
 
+#: per gate row of a recurrent cell, besides its matrix products: the elementwise work (see profile_recurrent)
+_CELL_ELEMENTWISE = {
+    # i, o, f sigmoids; g and c tanhs; c = f*c + i*g; h = o*tanh(c); the W x + R h adds
+    "LSTM": 3 * SIGMOID + 2 * TANH + 2 * MUL + ADD + MUL + 4 * ADD,
+    # z, r sigmoids; h' tanh; r * h; h = (1 - z) * h' + z * h; the W x + R h adds
+    "GRU": 2 * SIGMOID + TANH + MUL + (ADD + 2 * MUL + ADD) + 3 * ADD,
+    # h = tanh(W x + R h + b)
+    "RNN": TANH + ADD,
+}
+
+
+def profile_recurrent(node: gs.Node, context: Any) -> OpCost:
+    """LSTM, GRU, RNN: per direction, time step and batch row, the gates' matrix products (gates x hidden x
+    (input + hidden)), the biases (two per gate row), the peepholes (LSTM: 3 multiply-adds per hidden unit) and
+    the cell's elementwise work (activations as the elementwise table counts them)."""
+    x, w = dims(node.inputs[0]), dims(node.inputs[1])
+    r = dims(node.inputs[2]) if has_input(node, 2) else None
+    if x is None or w is None or r is None or len(x) != 3 or len(w) != 3 or len(r) != 3:
+        return cost(node, None)
+    directions, rows, inputs = w
+    hidden = r[2]
+    seq, batch = (x[1], x[0]) if node.attrs.get("layout", 0) else (x[0], x[1])
+    per_step = rows * (inputs + hidden) + hidden * _CELL_ELEMENTWISE[node.op]
+    if has_input(node, 3):
+        per_step = per_step + 2 * rows * ADD
+    if node.op == "LSTM" and has_input(node, 7):
+        per_step = per_step + 3 * hidden * (MUL + ADD)
+    return cost(node, directions * seq * batch * per_step)
+
+
 PROFILERS: dict[str, OpProfiler] = {
+    "LSTM": profile_recurrent,
+    "GRU": profile_recurrent,
+    "RNN": profile_recurrent,
     "MatMul": profile_matmul,
     "MatMulInteger": profile_matmul,
     "QLinearMatMul": profile_matmul,
