@@ -102,3 +102,34 @@ def test_profile_and_memory_cli_with_sized_inputs(tmp_path: Path) -> None:
     assert isinstance(profile["total"]["macs"], int) and profile["unknown_symbols"] == [] and not profile["unprofiled"]
     memory = run("memory")
     assert memory["complete"] is True and memory["tensors_with_unknown_size"] == []
+
+
+def test_conv_transpose_counts_what_the_conv_it_transposes_counts() -> None:
+    """ConvTranspose x [1, 8, 5, 5], W [8, 4, 3, 3], stride 2, pads 1, output_padding 1 -> y [1, 4, 10, 10].
+    By hand: every input element meets every weight of its input channel once: 8 x 5 x 5 x (4 x 3 x 3) = 7,200
+    multiply-adds, + 400 bias adds = 7,600; the Conv it is the transpose of (y -> x, same weights) counts the
+    same 7,200 (200 outputs x 36). Of those, 8 x 4 x 14 x 14 = 6,272 land inside the output (the taps that fall
+    on the cropped border are computed by the GEMM + col2im kernels all the same, as a Conv's padding taps are).
+    onnx-tool counts output elements x (4 x 3 x 3) = 14,400 + 400: the Conv formula on the upsampled output, too
+    much by (C_out x H_out x W_out) / (C_in x H_in x W_in) = 2 here (docs/profile.md)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weights = numpy_helper.from_array(np.ones((8, 4, 3, 3), np.float32), "w")
+    bias = numpy_helper.from_array(np.zeros(4, np.float32), "b")
+
+    def single(node: onnx.NodeProto, x: list[int], y: list[int]) -> onnx.ModelProto:
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], [weights, bias])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+    up = single(helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1],
+                                 output_padding=[1, 1]), [1, 8, 5, 5], [1, 4, 10, 10])
+    down = single(helper.make_node("Conv", ["x", "w"], ["y"], strides=[2, 2], pads=[1, 1, 1, 1]), [1, 4, 10, 10],
+                  [1, 8, 5, 5])
+    assert gsrewrite.infer_shapes(up).shape("y") == [1, 4, 10, 10]
+    assert gsrewrite.profile(up, sparsity=False).macs == 8 * 5 * 5 * 4 * 3 * 3 + 400 == 7_600
+    assert gsrewrite.profile(down, sparsity=False).macs == 8 * 5 * 5 * 4 * 3 * 3
+    # the taps inside the output, counted one by one
+    inside = sum(1 for i in range(5) for k in range(3) if 0 <= 2 * i - 1 + k < 10)
+    assert 8 * 4 * inside * inside == 6_272
