@@ -159,3 +159,16 @@ def test_check_and_compute_graph_run_on_a_detector_that_wants_multiples_of_its_s
     out = run("compute-graph", str(path), "-o", str(tmp_path / "c.onnx"), "--shape-engine", str(tmp_path / "e.json"),
               "--input-shape", _given(sizes)[0])
     assert out["check"]["ok"] and out["removed_nodes"] > 0
+
+
+def test_question_mark_dims_are_not_one_size() -> None:
+    """paddle2onnx writes ``?`` for a dim it does not know: an image [-1, 3, ?, ?] is not square, and a height
+    and a width given for it are not two sizes of one symbol."""
+    model, feeds = real_world.build_all()["paddle_det"]
+    for dim in model.graph.input[0].type.tensor_type.shape.dim[2:]:
+        dim.Clear()
+        dim.dim_param = "?"
+    shapes = infer_symbolic(model, parse_input_shapes(["x:1,3,64,96"]))
+    assert shapes.shape(model.graph.output[0].name) == [1, 1, 32, 48]
+    symbolic = infer_symbolic(model).shape("x")
+    assert symbolic is not None and symbolic[2] != symbolic[3]

@@ -179,7 +179,8 @@ class _Walk:
                     len(tensor_type.shape.dim) != len(dims):
                 continue
             for axis, (declared, size) in enumerate(zip(tensor_type.shape.dim, dims, strict=True)):
-                name = symdim.symbol_name(symdim.from_dim_param(declared.dim_param)) if declared.dim_param else None
+                name = symdim.symbol_name(symdim.from_dim_param(declared.dim_param)) \
+                    if _named(declared.dim_param) else None
                 if name is None or not isinstance(size, int):
                     continue
                 where = f"{value_info.name}[{axis}] = {size}"
@@ -191,7 +192,7 @@ class _Walk:
     def _dim_of(self, dim: onnx.TensorShapeProto.Dimension, where: str) -> DimValue:
         if dim.HasField("dim_value") and dim.dim_value >= 0:
             return int(dim.dim_value)
-        if dim.HasField("dim_param") and dim.dim_param:
+        if dim.HasField("dim_param") and _named(dim.dim_param):
             value = symdim.from_dim_param(dim.dim_param)
             for name in symdim.symbols(value):
                 self.symbols.setdefault(name, where)
@@ -583,6 +584,12 @@ _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 MAX_BODY_DEPTH = 8
 #: a Loop trip count this large is a while loop's (exporters write INT64_MAX)
 _UNBOUNDED_TRIPS = 2**31
+
+
+def _named(dim_param: str) -> bool:
+    """Whether a ``dim_param`` names a dim (paddle2onnx writes ``?`` for "unknown": two such dims of one input
+    are not one size)."""
+    return bool(dim_param) and dim_param.strip("?") != ""
 
 
 def _scalar_value(info: Info | None) -> Any:
