@@ -164,7 +164,7 @@ def test_check_and_compute_graph_run_on_a_detector_that_wants_multiples_of_its_s
 def test_question_mark_dims_are_not_one_size() -> None:
     """paddle2onnx writes ``?`` for a dim it does not know: an image [-1, 3, ?, ?] is not square, and a height
     and a width given for it are not two sizes of one symbol."""
-    model, feeds = real_world.build_all()["paddle_det"]
+    model, _ = real_world.build_all()["paddle_det"]
     for dim in model.graph.input[0].type.tensor_type.shape.dim[2:]:
         dim.Clear()
         dim.dim_param = "?"
