@@ -133,3 +133,17 @@ def test_conv_transpose_counts_what_the_conv_it_transposes_counts() -> None:
     # the taps inside the output, counted one by one
     inside = sum(1 for i in range(5) for k in range(3) if 0 <= 2 * i - 1 + k < 10)
     assert 8 * 4 * inside * inside == 6_272
+
+
+def test_clip_counts_a_compare_per_bound() -> None:
+    """Clip(x, 0, 6) is min(max(x, 0), 6): two compares per element (onnx-tool counts 2 too); one bound, one."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    bounds = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0.0), ("hi", 6.0))]
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["both"]), helper.make_node("Clip", ["x", "", "hi"], ["top"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("both", "top")],
+                              bounds)
+    profile = gsrewrite.profile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), sparsity=False)
+    assert [node.macs for node in profile.nodes] == [20, 10]

@@ -28,6 +28,7 @@ from gsrewrite_builtins.profilers import (
     SQRT,
     TANH,
     cost,
+    has_input,
     is_standard,
     output_elements,
 )
@@ -100,6 +101,10 @@ def profile_elementwise(node: gs.Node, context: Any) -> OpCost:
         per = PER_ELEMENT[node.op]
     if node.op in ("Sum", "Mean", "Max", "Min") and len(node.inputs) > 2:
         per *= len(node.inputs) - 1
+    if node.op == "Clip":  # a compare per bound given (opset < 11: attributes, else inputs 1 and 2)
+        bounds = sum(1 for i in (1, 2) if has_input(node, i)) if len(node.inputs) > 1 else \
+            sum(1 for name in ("min", "max") if name in node.attrs)
+        per = CMP * max(bounds, 1)
     return cost(node, None if out is None else out * per)
 
 
