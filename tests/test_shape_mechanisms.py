@@ -26,8 +26,6 @@ import real_world
 import shape_mechanisms
 from shape_mechanisms import ort_unknown
 
-pytest.importorskip("sympy")  # onnxruntime's symbolic_shape_infer needs it (the dev extra installs it)
-
 MODELS = shape_mechanisms.build_all()
 
 
@@ -58,6 +56,7 @@ def test_every_tensor_agrees_with_onnxruntime_at_three_sizes(name: str) -> None:
 
 @pytest.mark.parametrize("name", shape_mechanisms.runnable())
 def test_no_more_unknown_tensors_than_onnxruntimes_symbolic_inference(name: str) -> None:
+    pytest.importorskip("sympy")  # onnxruntime's symbolic_shape_infer needs it (the dev extra installs it)
     model, sizes = MODELS[name]
     ours = [n for n in infer_symbolic(model).unknown if n in _node_outputs(model)]
     assert len(ours) <= len(ort_unknown(model)), ours
@@ -102,6 +101,7 @@ def test_a_symbol_given_two_sizes_is_an_error() -> None:
 
 @pytest.mark.parametrize("name", sorted(real_world.build_all()))
 def test_real_world_fixtures_resolve_when_sized(name: str) -> None:
+    pytest.importorskip("sympy")
     model, feeds = real_world.build_all()[name]
     sizes = {k: list(v.shape) for k, v in feeds.items() if v.ndim}
     assert _not_numeric(model, sizes) == []
