@@ -160,3 +160,33 @@ def test_hostile_shape_arithmetic_stays_bounded() -> None:
     import gsrewrite
 
     assert gsrewrite.profile(model).unprofiled == {}
+
+
+def test_nested_loop_bodies_are_walked_within_a_budget() -> None:
+    """Loops nested 7 deep, the innermost body 20,000 nodes: each Loop walks its body twice when a carried dim
+    changes, 2**7 x 20,000 visits without a bound; the walk stops at its budget (ONNX's inference types the rest)
+    and takes seconds, not minutes."""
+    import time
+
+    from onnx import TensorProto as T
+
+    def body(inner: list[onnx.NodeProto]) -> onnx.GraphProto:
+        return helper.make_graph(
+            [*inner, helper.make_node("Concat", ["v_in", "v_in"], ["v_out"], axis=0),
+             helper.make_node("Identity", ["c_in"], ["c_out"])], "body",
+            [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("c_in", T.BOOL, []),
+             helper.make_tensor_value_info("v_in", T.FLOAT, None)],
+            [helper.make_tensor_value_info("c_out", T.BOOL, []), helper.make_tensor_value_info("v_out", T.FLOAT, None)])
+
+    nodes = [helper.make_node("Identity", ["v_in" if i == 0 else f"n{i - 1}"], [f"n{i}"]) for i in range(20_000)]
+    graph = body(nodes)
+    for _ in range(6):
+        graph = body([helper.make_node("Loop", ["m", "c_in", "v_in"], ["deeper"], body=graph)])
+    loop = helper.make_node("Loop", ["m", "c", "x"], ["y"], body=graph)
+    model = _model([loop], [helper.make_tensor_value_info("x", T.FLOAT, ["n"])],
+                   [helper.make_tensor_value_info("y", T.FLOAT, None)],
+                   [numpy_helper.from_array(np.array(2, np.int64), "m"), numpy_helper.from_array(np.array(True), "c")])
+    start = time.perf_counter()
+    shapes = infer_symbolic(model)
+    assert time.perf_counter() - start < 10
+    assert shapes.shape("y") is not None and len(shapes.shape("y") or []) == 1

@@ -153,6 +153,9 @@ class _Walk:
         self.bindings: dict[str, int] = dict(given.bindings)
         #: how deep in If/Loop/Scan bodies this walk is (a body is walked by a walk of its own)
         self.depth = 0
+        #: body nodes the walks may still visit, shared by every body's walk (a Loop walks its body twice: nested
+        #: loops would multiply that); past it a body's outputs come from ONNX's inference
+        self._body_work = [MAX_BODY_WORK]
 
     # symbols -------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> Expr:
@@ -362,8 +365,9 @@ class _Walk:
     def _body(self, graph: onnx.GraphProto | None, formals: Sequence[Info | None]) -> list[Info | None] | None:
         """The types of ``graph``'s outputs, walked with ``formals`` as its inputs (a formal None keeps the type
         the body declares) and the enclosing tensors in scope."""
-        if graph is None:
+        if graph is None or self._body_work[0] < len(graph.node):
             return None
+        self._body_work[0] -= len(graph.node)
         child = _Walk.__new__(_Walk)
         child.__dict__.update(self.__dict__)  # the model, symbols, bindings and fresh names are shared
         local: dict[str, Info] = {}
@@ -582,6 +586,8 @@ class _Walk:
 _CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
 #: nesting of bodies walked (deeper ones: ONNX's inference)
 MAX_BODY_DEPTH = 8
+#: body nodes walked in all, per model (each walk of a body counts its nodes)
+MAX_BODY_WORK = 200_000
 #: a Loop trip count this large is a while loop's (exporters write INT64_MAX)
 _UNBOUNDED_TRIPS = 2**31
 
