@@ -173,6 +173,8 @@ class _Walk:
         (``x:1,3,640,640`` on ``x [batch, 3, height, width]`` binds batch, height and width everywhere: in the
         other inputs, in the dims the model declares and ONNX's inference gives). A symbol given two sizes is an
         error."""
+        from gsrewrite.errors import UsageError  # (here: the module's own import moves with the input-shape parser)
+
         bindings = dict(self.given.bindings)
         source = {name: f"{name}={size}" for name, size in bindings.items()}
         for value_info in graph.input:

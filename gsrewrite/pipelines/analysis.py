@@ -67,7 +67,7 @@ def profile(model: ModelArg, shapes: ShapesArg = None, *, sparsity: bool = True)
 def default_bindings(model: onnx.ModelProto, result: SymbolicShapes) -> dict[str, int]:
     """Sizes for the symbols no binding gives: validation's sample sizes of the inputs, from its input planner
     (batch 2, sequence 16 unless the model says otherwise; a decoder's decode step; the sizes given kept)."""
-    from gsrewrite.errors import InputDataError
+    from gsrewrite.errors import InputDataError, UsageError
     from gsrewrite.validation.dims import input_dims
     from gsrewrite.validation.shapes import resolve_shapes
     from gsrewrite.validation.signature import model_inputs
