@@ -82,3 +82,21 @@ def test_a_source_shorter_than_its_tensors_is_an_error(tmp_path: Path) -> None:
     data.write_bytes(data.read_bytes()[:-8])
     with open(tmp_path / "out.onnx", "wb") as f, pytest.raises(ValueError, match="shorter"):
         streamed.write_inline(loaded, f, str(tmp_path))
+
+
+def test_onnxruntime_runs_a_weightless_model_from_its_folder(tmp_path: Path) -> None:
+    """Validation hands onnxruntime a weightless-loaded model as bytes plus the folder its references point into:
+    the weights stay in the file (mapped by onnxruntime), and the outputs are the model's."""
+    from gsrewrite.validation import validate
+    from gsrewrite.validation.runner import ModelSource
+
+    _model(tmp_path / "m.onnx", external=False)
+    loaded = load_weightless(tmp_path / "m.onnx")
+    source = ModelSource("original", loaded, weights_dir=str(tmp_path))
+    candidate = ModelSource("candidate", load_weightless(tmp_path / "m.onnx"), weights_dir=str(tmp_path))
+    report = validate(source, candidate)
+    assert report.ok and report.outputs[0].max_abs == 0
+    from gsrewrite.errors import CannotValidateError
+
+    with pytest.raises(CannotValidateError):  # without the folder, the references resolve nowhere
+        validate(ModelSource("original", loaded), candidate)

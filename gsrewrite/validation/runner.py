@@ -49,6 +49,9 @@ class ModelSource:
     load_seconds: float = 0.0
     data: bytes | None = field(default=None, repr=False)  # the proto already serialized, when it was
     label: str | None = None  # how messages name the model (default: "the <role> model")
+    #: the folder the proto's external-data references are relative to (a model loaded weightless: its weights
+    #: stay in their files, and onnxruntime maps them from there instead of copying them from serialized bytes)
+    weights_dir: str | None = None
 
     @property
     def what(self) -> str:
@@ -169,6 +172,8 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
     options = _bench_options(bench) if bench is not None else _validation_options(source, reuse_memory)
+    if source.path is None and source.weights_dir is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", source.weights_dir)
     keep = contextlib.ExitStack()
     try:
         # validation splits the weights out first (faster sessions); bench serializes the model whole, as a user's
