@@ -1,6 +1,43 @@
-"""Test-wide settings, and the session-end meta-checks: every pattern fires, every hook is called."""
+"""Test-wide settings: opt-in tiers, and the session-end meta-checks (every pattern fires, every hook is
+called)."""
 
 from __future__ import annotations
+
+import ast
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+# checks and computations may read only the template names they declare (gsrewrite.patterns.contract)
+os.environ.setdefault("GSREWRITE_STRICT_READS", "1")
+
+
+# --- opt-in tiers: not collected unless asked for ------------------------------------------------------------
+# A test marked `@pytest.mark.opt_in("ENV_VAR")` (and `slow`) is a tier too long for the default suite: the full
+# hostile cross product, the slow fuzz tier, the 200k-node scale tier. It is collected only when ENV_VAR=1 is in
+# the environment or when a -m expression is given (pytest's -m then selects or deselects it as usual, so
+# `-m slow` runs it and `-m "not slow"` leaves it out). A plain `pytest` run does not collect it at all: no
+# cross product collected, then skipped.
+def _opt_in_env(obj: object) -> str | None:
+    """The environment variable of ``obj``'s opt_in mark, None when it has none."""
+    marks = getattr(obj, "pytestmark", [])
+    return next((mark.args[0] for mark in marks if mark.name == "opt_in"), None)
+
+
+def _opt_in_requested(config: pytest.Config, env: str) -> bool:
+    """Whether the tier switched on by ``env`` is collected in this run."""
+    return os.environ.get(env) == "1" or bool(config.getoption("markexpr", None))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list | None:
+    env = _opt_in_env(obj)
+    if env is not None and not _opt_in_requested(collector.config, env):
+        return []  # no items: the tier is not collected
+    return None
+
 
 # --- meta-checks: every pattern fires, every hook is called -------------------------------------------------
 # Self-contained: the plugin below is one object, registered in pytest_configure.
@@ -21,16 +58,6 @@ from __future__ import annotations
 # The checks run only when the whole suite ran: no path or node id narrower than tests/, no -k, -m,
 # --deselect, --lf or --sw, nothing deselected, no -x/--maxfail stop, no interruption, every worker reported.
 # GSREWRITE_META_CHECKS=0 turns them off.
-import ast
-import os
-import sys
-from pathlib import Path
-
-import pytest
-
-# checks and computations may read only the template names they declare (gsrewrite.patterns.contract)
-os.environ.setdefault("GSREWRITE_STRICT_READS", "1")
-
 _TESTS = Path(__file__).resolve().parent
 _META_ENV = "GSREWRITE_META_CHECKS"
 _NARROWING_OPTIONS = ("keyword", "markexpr", "deselect", "lf", "stepwise", "stepwise_skip")

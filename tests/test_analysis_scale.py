@@ -11,7 +11,8 @@ quadratic step (a hundred times the work for ten times the nodes) exceeds by far
   against a set of the initializers rebuilt per input, the memory planner rebuilt a set of inputs and
   constants per tensor and compared every pair of tensors live at once: at 10,000 weights ``info`` and
   ``profile`` took 17 s of CPU, ``shapes`` 27 s and ``memory`` over 120 s, against 0.2-2 s at 1,000.
-* slow tier (``-m slow`` or ``GSREWRITE_SCALE_FULL=1``): Relu chains of 20,000 and 200,000 nodes, the same time
+* slow tier, collected only with ``-m slow`` or ``GSREWRITE_SCALE_FULL=1`` (an ``opt_in`` tier,
+  tests/conftest.py): Relu chains of 20,000 and 200,000 nodes, the same time
   bound, and a peak RSS of at most :data:`RSS_PER_NODE` bytes per node (a 1,000,000-node chain took 60-75 s of
   CPU and 2.66 GB in ``info`` and ``profile`` before, 26 s and 0.83 GB after).
 """
@@ -130,17 +131,10 @@ def test_weights_listed_as_inputs_and_long_lived_tensors_scale_linearly(command:
     _check_linear(command, _fan_out, 1000, tmp_path)
 
 
-def _full_requested(config: pytest.Config) -> bool:
-    expr = config.getoption("markexpr") or ""
-    return os.environ.get("GSREWRITE_SCALE_FULL") == "1" or ("slow" in expr and "not slow" not in expr)
-
-
 @pytest.mark.slow
+@pytest.mark.opt_in("GSREWRITE_SCALE_FULL")  # collected only with -m slow or GSREWRITE_SCALE_FULL=1 (conftest)
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_long_chain_scales_linearly_in_time_and_memory(command: str, tmp_path: Path,
-                                                         request: pytest.FixtureRequest) -> None:
-    if not _full_requested(request.config):
-        pytest.skip("the 200,000-node chains run with -m slow or GSREWRITE_SCALE_FULL=1")
+def test_a_long_chain_scales_linearly_in_time_and_memory(command: str, tmp_path: Path) -> None:
     base, _, large = _check_linear(command, _chain, 20_000, tmp_path)
     grown = large.max_rss_bytes - base.max_rss_bytes
     assert grown <= 200_000 * RSS_PER_NODE, f"{command}: peak RSS grew {grown >> 20} MiB for 200,000 nodes"

@@ -13,8 +13,8 @@ Two tiers:
   examples per family, derandomized, a few seconds in all;
 * the slow tier (``@pytest.mark.slow``, as tests/test_real_exports.py): 250 examples per family (1,250 in
   all; ``GSREWRITE_FUZZ_EXAMPLES=N`` sets the number per family), every size. It runs when selected with
-  ``-m slow`` or with ``GSREWRITE_FUZZ_SLOW=1`` in the environment, and is skipped otherwise (a plain
-  ``pytest`` run stays short, although CI selects no marker).
+  ``-m slow`` or with ``GSREWRITE_FUZZ_SLOW=1`` in the environment, and is not even collected otherwise (an
+  ``opt_in`` tier, tests/conftest.py: a plain ``pytest`` run stays short, although CI selects no marker).
 
 Compressed models (tests/fuzz/compression.py) are compared with the comparison compression itself uses (NaN/inf
 patterns, cosine, label agreement, top-1 of class scores), on fresh rows: 12 examples in the short tier, the
@@ -41,11 +41,6 @@ SLOW = settings(SHORT, max_examples=int(os.environ.get("GSREWRITE_FUZZ_EXAMPLES"
 commands = st.sampled_from(["apply", "apply", "apply", "optimize"])
 
 
-def _slow_selected(config: pytest.Config) -> bool:
-    markexpr = config.getoption("markexpr") or ""
-    return os.environ.get("GSREWRITE_FUZZ_SLOW") == "1" or ("slow" in markexpr and "not slow" not in markexpr)
-
-
 def _property(family: str, sizes: st.SearchStrategy, every_size: list[tuple[int, int]]) -> Callable[[], None]:
     """The property for ``family``: its pinned cases (tests/fuzz/pinned.py) at ``every_size``, then draws."""
     @given(case=FAMILIES[family](), sizes=sizes, command=commands, seed=st.integers(0, 1000))
@@ -64,10 +59,9 @@ def test_rewrites_agree_at_unvalidated_sizes(family: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.opt_in("GSREWRITE_FUZZ_SLOW")  # collected only with -m slow or GSREWRITE_FUZZ_SLOW=1 (conftest)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_rewrites_agree_at_every_size_slow_tier(family: str, request: pytest.FixtureRequest) -> None:
-    if not _slow_selected(request.config):
-        pytest.skip("slow fuzz tier: select with -m slow or GSREWRITE_FUZZ_SLOW=1")
+def test_rewrites_agree_at_every_size_slow_tier(family: str) -> None:
     SLOW(_property(family, st.just(list(SIZES)), list(SIZES)))()
 
 
@@ -84,9 +78,8 @@ def test_compressed_models_agree_by_the_new_metric() -> None:
 
 
 @pytest.mark.slow
-def test_compressed_models_agree_by_the_new_metric_slow_tier(request: pytest.FixtureRequest) -> None:
-    if not _slow_selected(request.config):
-        pytest.skip("slow fuzz tier: select with -m slow or GSREWRITE_FUZZ_SLOW=1")
+@pytest.mark.opt_in("GSREWRITE_FUZZ_SLOW")
+def test_compressed_models_agree_by_the_new_metric_slow_tier() -> None:
     SLOW(_compression_property)()
 
 

@@ -9,13 +9,12 @@ success), the working folder or TMPDIR.
 Fast tier: each case through one command (round-robin), the bombs also through ``simplify`` and ``optimize``,
 and the data-file cases (hostile ``--inputs`` / ``--calibration`` files beside a valid model) through the commands
 that read them. The full cross product (every case x every command, fast pairs included) is the slow tier: marked
-``slow`` and, as it takes several minutes, run only when asked for, with ``-m slow`` or
-``GSREWRITE_HOSTILE_FULL=1`` (as the fuzz tier in test_fuzz_patterns.py).
+``slow`` and, as it takes several minutes, collected only when asked for, with ``-m slow`` or
+``GSREWRITE_HOSTILE_FULL=1`` (an ``opt_in`` tier, tests/conftest.py, as the fuzz tier in test_fuzz_patterns.py).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,17 +117,10 @@ def test_hostile_model_fails_cleanly(corpus: tuple[Path, dict[str, HostileCase]]
     _check(cases[name], command, root, tmp_path)
 
 
-def _full_requested(config: pytest.Config) -> bool:
-    expr = config.getoption("markexpr") or ""
-    return os.environ.get("GSREWRITE_HOSTILE_FULL") == "1" or ("slow" in expr and "not slow" not in expr)
-
-
 @pytest.mark.slow
+@pytest.mark.opt_in("GSREWRITE_HOSTILE_FULL")  # collected only with -m slow or GSREWRITE_HOSTILE_FULL=1 (conftest)
 @pytest.mark.parametrize(("name", "command"), SLOW)
 def test_hostile_model_fails_cleanly_every_command(corpus: tuple[Path, dict[str, HostileCase]], name: str,
-                                                   command: str, tmp_path: Path,
-                                                   request: pytest.FixtureRequest) -> None:
-    if not _full_requested(request.config):
-        pytest.skip("the full hostile cross product runs with -m slow or GSREWRITE_HOSTILE_FULL=1")
+                                                   command: str, tmp_path: Path) -> None:
     root, cases = corpus
     _check(cases[name], command, root, tmp_path)
