@@ -1,5 +1,5 @@
-"""Test-wide settings: opt-in tiers, and the session-end meta-checks (every pattern fires, every hook is
-called)."""
+"""Test-wide settings: opt-in tiers, bytecode for the tests' subprocesses, and the session-end meta-checks
+(every pattern fires, every hook is called)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,20 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
     if env is not None and not _opt_in_requested(collector.config, env):
         return []  # no items: the tier is not collected
     return None
+
+
+# --- bytecode for the tests' subprocesses --------------------------------------------------------------------
+# The suite starts a few hundred Python processes (the installed `gsrewrite` script, `python -c`). With
+# PYTHONDONTWRITEBYTECODE=1 in the environment (common in containers) none of them caches bytecode, so each
+# compiles gsrewrite's modules from source again (docs/design.md, "Test suite"). In that case the subprocesses
+# get a bytecode cache of their own in pytest's cache folder (PYTHONPYCACHEPREFIX: nothing is written beside
+# the sources), kept between runs.
+def _cache_bytecode_of_subprocesses(config: pytest.Config) -> None:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider: then nothing changes
+    if cache is None or not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache.mkdir("subprocess-pycache"))
+    del os.environ["PYTHONDONTWRITEBYTECODE"]  # the xdist workers, started later, inherit both
 
 
 # --- meta-checks: every pattern fires, every hook is called -------------------------------------------------
@@ -264,4 +278,5 @@ class _MetaChecks:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _cache_bytecode_of_subprocesses(config)
     config.pluginmanager.register(_MetaChecks(config), "gsrewrite-meta-checks")
