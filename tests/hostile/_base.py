@@ -1,14 +1,14 @@
 """The case registry of the hostile corpus and the small builders every case module shares.
 
-A case is registered with :func:`case`: a name, a one-line description, the exit code the CLI should give
-(``None`` when 0, 1 and 2 are all acceptable answers; ``read_exit`` when the commands that only read the
-model, ``info`` and ``explain``, may answer differently from those that run it; ``exits`` for single commands)
-and tags (``"bomb"`` marks a memory or time bomb, which the fast tier runs through ``simplify`` and ``optimize``
-too; ``"data"`` a case whose hostile part is a data file, run in the fast tier by the commands that read it). The
-builder gets the case folder and writes ``model.onnx`` (or whatever it wants) into it, and data files the
-commands pick up when present: ``INPUTS_FILE`` (``--inputs``, ``--input-data``) and ``CALIBRATION_DIR``
-(``compress -s static-int8 --calibration``); files meant to lie *outside* the model folder go into the
-corpus-wide ``OUTSIDE`` folder next to the case folders.
+A case is registered with :func:`case`: a name, a one-line description, the exit code the CLI should give (``None``
+when 0, 1 and 2 are all acceptable answers; ``read_exit`` when the commands that only read the model, ``info`` and
+``explain``, may answer differently from those that run it; ``exits`` for single commands) and tags (``"bomb"``
+marks a memory or time bomb, which the fast tier runs through ``optimize`` too; ``"data"`` a case whose hostile
+part is a data file, run in the fast tier by the commands that read it). The builder gets the case folder and
+writes ``model.onnx`` (or whatever it wants) into it, and data files the commands pick up when present:
+``INPUTS_FILE`` (``--inputs``, ``--input-data``) and ``CALIBRATION_DIR`` (``compress -s static-int8
+--calibration``); files meant to lie *outside* the model folder go into the corpus-wide ``OUTSIDE`` folder next to
+the case folders.
 """
 
 from __future__ import annotations
