@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,24 +103,41 @@ def _chain(n: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _measure(command: str, model: onnx.ModelProto, folder: Path, timeout: float) -> Run:
+ModelFile = Callable[[Callable[[int], onnx.ModelProto], int], Path]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory: pytest.TempPathFactory) -> ModelFile:
+    """``model_file(build, n)``: the path of ``build(n)`` saved, built once for all the commands of the module."""
+    saved: dict[tuple[str, int], Path] = {}
+
+    def get(build: Callable[[int], onnx.ModelProto], n: int) -> Path:
+        key = (build.__name__, n)
+        if key not in saved:
+            saved[key] = tmp_path_factory.mktemp(f"{build.__name__}-{n}") / "m.onnx"
+            onnx.save(build(n), saved[key])
+        return saved[key]
+
+    return get
+
+
+def _measure(command: str, model: Path, folder: Path, timeout: float) -> Run:
     folder.mkdir()
-    path = folder / "m.onnx"
-    onnx.save(model, path)
-    run = _run(command, path, folder, timeout)
+    run = _run(command, model, folder, timeout)
     assert not run.killed, f"{command} on the {folder.name} model: stopped after {timeout:.0f} s"
     assert run.returncode == 0 and "Traceback" not in run.stderr, (command, folder.name, run)
     return run
 
 
-def _check_linear(command: str, build: object, small: int, tmp_path: Path) -> tuple[Run, Run, Run]:
+def _check_linear(command: str, build: Callable[[int], onnx.ModelProto], small: int, model_file: ModelFile,
+                  tmp_path: Path) -> tuple[Run, Run, Run]:
     """Runs at 1, ``small`` and ten times ``small`` nodes; the third's work within the bound (module docstring)."""
-    assert callable(build)
-    base = _measure(command, build(1), tmp_path / "one", timeout=120)
-    first = _measure(command, build(small), tmp_path / "small", timeout=120)
+    base = _measure(command, model_file(build, 1), tmp_path / "one", timeout=120)
+    first = _measure(command, model_file(build, small), tmp_path / "small", timeout=120)
     bound = 10 * SLACK * max(first.cpu_s - base.cpu_s, MIN_WORK_S) + FLOOR_S
     # past the bound there is no need to wait for the end (a quadratic step took minutes)
-    large = _measure(command, build(10 * small), tmp_path / "large", timeout=base.cpu_s + 2 * bound + 30)
+    large = _measure(command, model_file(build, 10 * small), tmp_path / "large",
+                     timeout=base.cpu_s + 2 * bound + 30)
     assert large.cpu_s - base.cpu_s <= bound, (
         f"{command}: {10 * small} nodes took {large.cpu_s - base.cpu_s:.2f} s of CPU beyond start-up, "
         f"{small} nodes {first.cpu_s - base.cpu_s:.2f} s: more than {bound:.2f} s, the linear bound")
@@ -127,14 +145,15 @@ def _check_linear(command: str, build: object, small: int, tmp_path: Path) -> tu
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_weights_listed_as_inputs_and_long_lived_tensors_scale_linearly(command: str, tmp_path: Path) -> None:
-    _check_linear(command, _fan_out, 1000, tmp_path)
+def test_weights_listed_as_inputs_and_long_lived_tensors_scale_linearly(command: str, model_file: ModelFile,
+                                                                         tmp_path: Path) -> None:
+    _check_linear(command, _fan_out, 1000, model_file, tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.opt_in("GSREWRITE_SCALE_FULL")  # collected only with -m slow or GSREWRITE_SCALE_FULL=1 (conftest)
 @pytest.mark.parametrize("command", COMMANDS)
-def test_a_long_chain_scales_linearly_in_time_and_memory(command: str, tmp_path: Path) -> None:
-    base, _, large = _check_linear(command, _chain, 20_000, tmp_path)
+def test_a_long_chain_scales_linearly_in_time_and_memory(command: str, model_file: ModelFile, tmp_path: Path) -> None:
+    base, _, large = _check_linear(command, _chain, 20_000, model_file, tmp_path)
     grown = large.max_rss_bytes - base.max_rss_bytes
     assert grown <= 200_000 * RSS_PER_NODE, f"{command}: peak RSS grew {grown >> 20} MiB for 200,000 nodes"

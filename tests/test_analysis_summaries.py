@@ -63,8 +63,14 @@ def _gsrewrite(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def test_shapes_counts_a_tensor_with_an_unk_dim_as_unknown(same_padding: Path) -> None:
-    data = json.loads(_gsrewrite("shapes", same_padding, "--json").stdout)
+@pytest.fixture(scope="module")
+def same_padding_shapes(same_padding: Path) -> dict:
+    """``gsrewrite shapes --json`` on :func:`same_padding`, run once for the tests that read it."""
+    return json.loads(_gsrewrite("shapes", same_padding, "--json").stdout)
+
+
+def test_shapes_counts_a_tensor_with_an_unk_dim_as_unknown(same_padding: Path, same_padding_shapes: dict) -> None:
+    data = same_padding_shapes
     assert data["unknown"] == UNKNOWN
     assert data["unknown_symbols"] and all(s.startswith("unk__") for s in data["unknown_symbols"])
     text = _gsrewrite("shapes", same_padding).stdout
@@ -83,8 +89,8 @@ def test_memory_says_its_plan_is_incomplete_and_a_lower_bound(same_padding: Path
     assert "Incomplete plan: 3 tensor(s) have a size unknown before the model runs" in text
 
 
-def test_profile_and_info_say_their_totals_are_in_unknown_dims(same_padding: Path) -> None:
-    unknown = json.loads(_gsrewrite("shapes", same_padding, "--json").stdout)["unknown_symbols"]
+def test_profile_and_info_say_their_totals_are_in_unknown_dims(same_padding: Path, same_padding_shapes: dict) -> None:
+    unknown = same_padding_shapes["unknown_symbols"]
     profile = json.loads(_gsrewrite("profile", same_padding, "--json").stdout)
     assert profile["unknown_symbols"] == unknown
     assert f"unknown dims      {', '.join(unknown)}: no input gives them" in _gsrewrite("profile", same_padding).stdout

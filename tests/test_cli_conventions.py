@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -33,14 +34,32 @@ def _run(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(GSREWRITE), *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
+PlainRun = Callable[[str], tuple[Path, subprocess.CompletedProcess[str]]]
+
+
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> PlainRun:
+    """``gsrewrite COMMAND m.onnx out.onnx`` on the Identity + Relu model (:func:`_model`), without options: its
+    folder and result. Each command runs once for all the tests that only read what it printed and wrote."""
+    runs: dict[str, tuple[Path, subprocess.CompletedProcess[str]]] = {}
+
+    def run(command: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+        if command not in runs:
+            folder = tmp_path_factory.mktemp(command)
+            _model(folder / "m.onnx")
+            runs[command] = folder, _run(command, "m.onnx", "out.onnx", cwd=folder)
+        return runs[command]
+
+    return run
+
+
 @pytest.mark.parametrize("command", ["optimize", "apply", "simplify"])
-def test_positional_output_and_one_wrote_line(tmp_path: Path, command: str) -> None:
-    _model(tmp_path / "m.onnx")
-    done = _run(command, "m.onnx", "out.onnx", cwd=tmp_path)
+def test_positional_output_and_one_wrote_line(plain_run: PlainRun, command: str) -> None:
+    folder, done = plain_run(command)
     assert done.returncode == 0, done.stderr
-    assert onnx.load(tmp_path / "out.onnx").graph.output[0].name == "y"
+    assert onnx.load(folder / "out.onnx").graph.output[0].name == "y"
     wrote = [line for line in done.stdout.splitlines() if line.startswith("Wrote")]
-    assert wrote == [f"Wrote out.onnx ({(tmp_path / 'out.onnx').stat().st_size} B)"]
+    assert wrote == [f"Wrote out.onnx ({(folder / 'out.onnx').stat().st_size} B)"]
 
 
 def test_no_output_goes_beside_the_input_and_is_never_overwritten_without_force(tmp_path: Path) -> None:
@@ -91,22 +110,21 @@ def test_quiet_after_the_subcommand_prints_only_the_wrote_line(tmp_path: Path) -
     assert done.stdout.splitlines() == [f"Wrote s.onnx ({(tmp_path / 's.onnx').stat().st_size} B)"]
 
 
-def test_one_report_format_for_every_rewriting_command(tmp_path: Path) -> None:
-    _model(tmp_path / "m.onnx")
+def test_one_report_format_for_every_rewriting_command(plain_run: PlainRun) -> None:
     titles = {}
     for command in ("optimize", "simplify"):
-        out = _run(command, "m.onnx", "-o", f"{command}.onnx", cwd=tmp_path).stdout
+        out = plain_run(command)[1].stdout
         titles[command] = [line for line in out.splitlines() if line.startswith(("Before / after", "size"))]
     assert titles["optimize"][0] == titles["simplify"][0] == "Before / after (changed ops)"
     assert all("B" in line for line in titles["optimize"][1:])
 
 
-def test_optimize_reports_cleanup_changes_and_json_names_the_output(tmp_path: Path) -> None:
+def test_optimize_reports_cleanup_changes_and_json_names_the_output(tmp_path: Path, plain_run: PlainRun) -> None:
     _model(tmp_path / "m.onnx")
     done = _run("optimize", "m.onnx", "o.onnx", "--json", cwd=tmp_path)
     data = json.loads(done.stdout)
     assert data["changed"] and data["passes"] and data["output"] == "o.onnx"
-    text = _run("optimize", "m.onnx", "p.onnx", cwd=tmp_path).stdout
+    text = plain_run("optimize")[1].stdout
     assert "Nothing changed" not in text and "eliminate-noops" in text
 
 
@@ -210,13 +228,13 @@ def test_a_model_nothing_applies_to_is_written_as_it_was(tmp_path: Path) -> None
     assert (tmp_path / "s.onnx").read_bytes() == (tmp_path / "m.onnx").read_bytes()
 
 
-def test_verbose_after_the_subcommand_shows_stage_timings(tmp_path: Path) -> None:
+def test_verbose_after_the_subcommand_shows_stage_timings(tmp_path: Path, plain_run: PlainRun) -> None:
     _model(tmp_path / "m.onnx")
     done = _run("optimize", "m.onnx", "o.onnx", "-v", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     timed = [line for line in done.stderr.splitlines() if line.endswith(" s") and ": " in line]
     assert {line.split(": ")[1] for line in timed} >= {"simplifying", "rewriting", "validating"}
-    quiet = _run("optimize", "m.onnx", "p.onnx", cwd=tmp_path)
+    quiet = plain_run("optimize")[1]
     assert "simplifying" not in quiet.stderr
 
 
