@@ -1,0 +1,36 @@
+"""The opt-in tiers (``@pytest.mark.opt_in``, tests/conftest.py) as a developer runs them: a plain ``pytest`` does not
+collect them at all (nothing collected, then skipped), their environment variable or ``-m slow`` does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIER_VARIABLES = ("GSREWRITE_HOSTILE_FULL", "GSREWRITE_FUZZ_SLOW", "GSREWRITE_SCALE_FULL")
+
+
+def _collected(*args: str, **env: str) -> list[str]:
+    """The test ids ``pytest --collect-only`` lists for ``args``, with only the tier variables of ``env`` set."""
+    clean = {k: v for k, v in os.environ.items() if k not in TIER_VARIABLES}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, env=clean | env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_a_tier_is_collected_with_its_variable_and_only_its_own() -> None:
+    ids = _collected("tests/test_analysis_scale.py", "tests/test_hostile_corpus.py", GSREWRITE_SCALE_FULL="1")
+    scale = [i for i in ids if "test_analysis_scale.py::" in i]
+    assert sum("::test_a_long_chain_scales_linearly" in i for i in scale) == 4
+    assert sum("::test_weights_listed_as_inputs" in i for i in scale) == 4
+    hostile = [i for i in ids if "test_hostile_corpus.py::" in i]
+    assert any("::test_hostile_model_fails_cleanly[" in i for i in hostile)
+    assert not any("every_command" in i for i in hostile)  # not asked for: not collected, not even as skipped
+
+
+def test_minus_m_slow_selects_a_tier() -> None:
+    ids = _collected("tests/test_analysis_scale.py", "-m", "slow")
+    assert len(ids) == 4 and all("::test_a_long_chain_scales_linearly" in i for i in ids)
