@@ -13,16 +13,15 @@ import pytest
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_wheel_cli import _ok, _run, wheel, wheel_venv  # noqa: F401 - wheel: the session fixture
+from test_wheel_cli import _ok, _run, wheel_venv
 
 PACKAGE = Path(__file__).resolve().parent / "plugin_pkgs" / "gsrewrite-testplugin"
-pytestmark = pytest.mark.xdist_group("venvs")  # as test_wheel_cli: the same wheel
 
 
 @pytest.fixture(scope="module")
-def with_plugin(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def with_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin folder of a fresh venv with the gsrewrite wheel and the test plugin installed."""
-    bin_dir = wheel_venv(tmp_path_factory.mktemp("plugin-venv"), wheel)
+    bin_dir = wheel_venv(tmp_path_factory.mktemp("plugin-venv"))
     _ok(_run(sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
              "--no-build-isolation", "--disable-pip-version-check", PACKAGE))
     return bin_dir

@@ -30,7 +30,6 @@ from gsrewrite.protocols import OpCost
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "plugins" / "gsrewrite-example"
 HOOKS = ["gsrewrite_cli_commands", "gsrewrite_infer_shape", "gsrewrite_profile_op"]
-pytestmark = pytest.mark.xdist_group("venvs")  # its session venvs built once, in one pytest-xdist worker
 
 
 def _example_version() -> str:

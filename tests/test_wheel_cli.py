@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What the wheel is built from (everything pyproject.toml packages).
 SOURCES = ("pyproject.toml", "README.md", "gsrewrite", "plugins/gsrewrite_builtins", "patterns")
 BIN = "Scripts" if os.name == "nt" else "bin"
-#: the modules that build venvs run in one pytest-xdist worker (--dist loadgroup): one wheel, no venv built twice
-pytestmark = pytest.mark.xdist_group("venvs")
 
 
 def _run(*args: str | Path, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -66,19 +64,14 @@ def _dependency_paths() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A wheel of this tree, built once for every venv of the session that installs it."""
-    return _build_wheel(tmp_path_factory.mktemp("wheel"))
-
-
-@pytest.fixture(scope="session")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder holding the wheel-installed ``gsrewrite`` console script."""
-    return wheel_venv(tmp_path_factory.mktemp("wheel-venv"), wheel)
+    return wheel_venv(tmp_path_factory.mktemp("wheel"))
 
 
-def wheel_venv(folder: Path, wheel: Path) -> Path:
-    """A fresh venv in ``folder`` with gsrewrite installed from ``wheel`` (of this tree); its bin folder."""
+def wheel_venv(folder: Path) -> Path:
+    """A fresh venv in ``folder`` with gsrewrite installed from a wheel of this tree; its bin folder."""
+    wheel = _build_wheel(folder)
     venv = folder / "venv"
     _ok(_run(sys.executable, "-m", "venv", "--without-pip", venv))
     python = venv / BIN / "python"
