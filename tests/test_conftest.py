@@ -8,13 +8,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
-from conftest import _cache_bytecode_of_subprocesses
 
 ROOT = Path(__file__).resolve().parent.parent
 TIER_VARIABLES = ("GSREWRITE_HOSTILE_FULL", "GSREWRITE_FUZZ_SLOW", "GSREWRITE_SCALE_FULL")
+
+
+@pytest.fixture
+def conftest(pytestconfig: pytest.Config) -> ModuleType:
+    """tests/conftest.py as pytest loaded it (not by import: tests/simplify has a conftest module too)."""
+    path = str(Path(__file__).with_name("conftest.py"))
+    return next(p for p in pytestconfig.pluginmanager.get_plugins() if getattr(p, "__file__", None) == path)
 
 
 def _collected(*args: str, **env: str) -> list[str]:
@@ -42,11 +48,11 @@ def test_minus_m_slow_selects_a_tier() -> None:
 
 
 def test_subprocesses_cache_their_bytecode_outside_the_sources_when_python_would_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        conftest: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
     cache = SimpleNamespace(mkdir=lambda name: tmp_path / "cache" / name)
-    _cache_bytecode_of_subprocesses(SimpleNamespace(cache=cache))  # type: ignore[arg-type]
+    conftest._cache_bytecode_of_subprocesses(SimpleNamespace(cache=cache))
     prefix = tmp_path / "cache" / "subprocess-pycache"
     assert os.environ["PYTHONPYCACHEPREFIX"] == str(prefix) and "PYTHONDONTWRITEBYTECODE" not in os.environ
     (tmp_path / "src").mkdir()
@@ -55,9 +61,10 @@ def test_subprocesses_cache_their_bytecode_outside_the_sources_when_python_would
     assert list(prefix.rglob("mod*.pyc")) and not (tmp_path / "src" / "__pycache__").exists()
 
 
-def test_a_chosen_prefix_and_no_cache_folder_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_chosen_prefix_and_no_cache_folder_are_left_alone(conftest: ModuleType,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/mine")
-    _cache_bytecode_of_subprocesses(SimpleNamespace(cache=None))  # type: ignore[arg-type]
-    _cache_bytecode_of_subprocesses(SimpleNamespace(cache=SimpleNamespace(mkdir=None)))  # type: ignore[arg-type]
+    conftest._cache_bytecode_of_subprocesses(SimpleNamespace(cache=None))
+    conftest._cache_bytecode_of_subprocesses(SimpleNamespace(cache=SimpleNamespace(mkdir=None)))
     assert os.environ["PYTHONPYCACHEPREFIX"] == "/mine" and os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
