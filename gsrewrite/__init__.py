@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from gsrewrite._version import __version__
 
 # public name -> module that defines it
 _LAZY = {

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from gsrewrite import __version__, hookspecs
+from gsrewrite import hookspecs
+from gsrewrite._version import __version__
 from gsrewrite.errors import UsageError
 
 if TYPE_CHECKING:

@@ -30,3 +30,51 @@ def test_mypy_is_clean():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "Success: no issues found" in done.stdout
+
+
+# --- the facades' lazy names (gsrewrite/__init__.py, gsrewrite/plugin_api.py) --------------------------------
+def _config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+
+
+def _contract(name: str) -> object:
+    """The contract whose name starts with ``name`` in pyproject.toml, as its (lazy-import-aware) class."""
+    from importlinter import configuration
+
+    configuration.configure()  # what lint-imports sets up before checking (the contracts' timer)
+    sys.path.insert(0, str(ROOT))
+    try:
+        import import_contracts  # tests/import_contracts.py, as lint-imports loads it
+    finally:
+        sys.path.remove(str(ROOT))
+    config = _config()
+    types = dict(entry.split(": ") for entry in config["contract_types"])
+    options = next(c for c in config["contracts"] if c["name"].startswith(name))
+    cls = getattr(import_contracts, types[options["type"]].rpartition(".")[2])
+    session = {k: v for k, v in config.items() if k != "contracts"}
+    return cls(options["name"], session, {k: v for k, v in options.items() if k not in ("name", "type")})
+
+
+def _graph() -> object:
+    import grimp
+
+    return grimp.build_graph(*_config()["root_packages"], exclude_type_checking_imports=True)
+
+
+def test_every_contract_sees_the_lazy_names():
+    config = _config()
+    types = {entry.split(": ")[0] for entry in config["contract_types"]}
+    assert {c["type"] for c in config["contracts"]} <= types
+
+
+def test_a_lazy_name_of_the_plugin_facade_is_an_import_the_contracts_check(monkeypatch):
+    """Naming a pipelines module in plugin_api's table breaks the facade contract, one of the CLI the layers,
+    though nothing in the source imports them."""
+    import gsrewrite.plugin_api as facade
+
+    reach, layers = _contract("the plugin facade reaches"), _contract("gsrewrite layers")
+    assert reach.check(_graph(), verbose=False).kept and layers.check(_graph(), verbose=False).kept
+    monkeypatch.setitem(facade._WHERE, "RewriteResult", "gsrewrite.pipelines.apply")
+    assert not reach.check(_graph(), verbose=False).kept
+    monkeypatch.setitem(facade._WHERE, "console", "gsrewrite.cli._output")
+    assert not layers.check(_graph(), verbose=False).kept

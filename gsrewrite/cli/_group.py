@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from gsrewrite import __version__
+from gsrewrite._version import __version__
 from gsrewrite.errors import GsrewriteError
 from gsrewrite.reporting import printable
 
