@@ -14,12 +14,15 @@ pluggy's ``firstresult`` order: the plugin registered last is asked first, and t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gsrewrite.errors import PluginError
 from gsrewrite.plugin_manager import get_plugin_manager, one_line_error, plugin_label
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import click
@@ -65,24 +68,30 @@ def op_profiler() -> Callable[[gs.Node, Any], OpCost | None]:
 _NODE_CONTEXT = ("node", "context")
 
 
-def collect_cli_commands(reserved: Iterable[str] = (), disabled: Iterable[str] = ()) -> dict[str, click.Command]:
-    """Commands added by plugins (except those in ``disabled``), by command name.
+def collect_cli_commands(disabled: Iterable[str] = ()) -> dict[str, click.Command]:
+    """The commands of every plugin (the CLI's own, ``builtin:cli``, come first), by command name, except those of
+    the plugins in ``disabled``.
 
-    A name in ``reserved`` (the CLI's own commands) or that an earlier plugin already uses raises
-    :class:`PluginError` naming the later plugin.
+    A plugin whose hook fails, or that adds a name an earlier plugin already uses, is left out with all its
+    commands (a warning names it and says why): one broken plugin never takes the others' commands away.
     """
     skip = set(disabled)
-    owners = dict.fromkeys(reserved, "gsrewrite itself")
+    owners: dict[str, str] = {}
     commands: dict[str, click.Command] = {}
     for impl in _registration_order("gsrewrite_cli_commands"):  # a clash names the later plugin
         if impl.plugin_name in skip:
             continue
         label = plugin_label(impl.plugin_name)
-        for command in _commands_of(impl):
-            name = command.name or ""
-            if name in owners:
-                raise PluginError(f"{label} adds command {name!r}, already provided by {owners[name]}")
-            owners[name], commands[name] = label, command
+        try:
+            added = _commands_of(impl)
+            taken = next((c.name for c in added if (c.name or "") in owners), None)
+            if taken is not None:
+                raise PluginError(f"{label} adds command {taken!r}, already provided by {owners[taken]}")
+        except PluginError as exc:
+            log.warning("%s; its commands are left out", exc)
+            continue
+        for command in added:
+            owners[command.name or ""], commands[command.name or ""] = label, command
     return commands
 
 

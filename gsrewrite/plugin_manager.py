@@ -4,7 +4,8 @@
 
 1. the hook specifications of :mod:`gsrewrite.hookspecs`;
 2. the built-in plugins (``gsrewrite_builtins.BUILTIN_PLUGINS``), registered directly as ``builtin:<module>``
-   so they stay when autoloading is off;
+   so they stay when autoloading is off, and those a layer above handed over with :func:`register_builtin`
+   (the CLI's own commands, ``builtin:cli``);
 3. the entry points of group ``gsrewrite``, in name order, each imported on its own, unless
    ``GSREWRITE_DISABLE_PLUGIN_AUTOLOAD`` is set;
 4. a check that no plugin implements a hook gsrewrite does not define (``pm.check_pending()``).
@@ -107,6 +108,8 @@ class _State:
 
 
 _state = _State()
+#: built-in plugins handed over by a layer above (:func:`register_builtin`): name -> plugin
+_handed_over: dict[str, object] = {}
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
@@ -116,6 +119,15 @@ def get_plugin_manager() -> pluggy.PluginManager:
         loader.load_all(autoload=not autoload_disabled())
         _state.pm, _state.records = loader.pm, loader.records
     return _state.pm
+
+
+def register_builtin(name: str, plugin: object) -> None:
+    """Register ``plugin`` (an object with hook implementations) as the built-in plugin ``builtin:<name>`` of this
+    process's plugin managers, before those of ``gsrewrite_builtins``: how a layer above this one adds built-ins
+    (the CLI its commands) without the plugin manager importing it. A manager already built is rebuilt."""
+    if _handed_over.get(name) is not plugin:
+        _handed_over[name] = plugin
+        _state.pm, _state.records = None, {}
 
 
 def reset_plugin_manager() -> None:
@@ -197,6 +209,8 @@ class _Loader:
             log.warning("cannot disable plugin %r: no such plugin (known: %s)", name, ", ".join(self.records))
 
     def load_builtins(self) -> None:
+        for name, plugin in _handed_over.items():
+            self._add(PluginRecord(BUILTIN_PREFIX + name, "gsrewrite", __version__, True), lambda p=plugin: p)
         try:
             modules = importlib.import_module("gsrewrite_builtins").BUILTIN_PLUGINS
         except (ImportError, AttributeError) as exc:

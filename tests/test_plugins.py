@@ -20,7 +20,6 @@ from click.testing import CliRunner
 
 from gsrewrite import plugin_hooks
 from gsrewrite.cli import main
-from gsrewrite.cli._group import BUILTIN_COMMANDS
 from gsrewrite.errors import DuplicateNameError, PluginError, UsageError
 from gsrewrite.graph.symdim import sym
 from gsrewrite.plugin_manager import (
@@ -369,7 +368,9 @@ def test_disabling_an_unknown_plugin_warns(caplog: pytest.LogCaptureFixture) -> 
 
 
 # --- CLI command clashes ----------------------------------------------------------------------------
-def test_a_command_name_clash_names_the_plugin(site: FakeSite, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_command_name_clash_leaves_that_plugin_out(site: FakeSite, caplog: pytest.LogCaptureFixture) -> None:
+    """A plugin reusing a built-in command's name (or another plugin's) is named and left out with all its
+    commands; the built-in command and the other plugins' commands stay."""
     site.add("fake", GOOD)
     site.add(
         "zclash",
@@ -377,19 +378,27 @@ def test_a_command_name_clash_names_the_plugin(site: FakeSite, caplog: pytest.Lo
         import click
 
         def gsrewrite_cli_commands():
-            return [click.Command("plugins"), click.Command("fake-hello")]
+            return [click.Command("plugins"), click.Command("zclash-own")]
     """,
     )
-    with pytest.raises(
-        PluginError, match=r"plugin 'zclash' .* adds command 'plugins', already provided by gsrewrite"
-    ):
-        plugin_hooks.collect_cli_commands(BUILTIN_COMMANDS)
-    assert plugin_hooks.collect_cli_commands(BUILTIN_COMMANDS, disabled=["zclash"]) == {
-        "fake-hello": plugin_hooks.plugin_cli_commands("fake")[0]
-    }
     result = cli("--help")
-    assert result.exit_code == 0 and "plugins" in result.stdout
-    assert "plugin commands unavailable: plugin 'zclash'" in caplog.text
+    assert result.exit_code == 0
+    assert "plugins" in result.stdout and "fake-hello" in result.stdout and "zclash-own" not in result.stdout
+    assert ("plugin 'zclash' (zclash-pkg 1.0) adds command 'plugins', already provided by plugin 'builtin:cli' "
+            "(gsrewrite 0.1.0); its commands are left out") in caplog.text
+    assert cli("fake-hello").stdout == "hello from fake\n"
+    assert cli("plugins", "--json").exit_code == 0  # the built-in one, not the plugin's empty command
+
+
+def test_built_in_commands_come_through_the_hook_like_a_plugins(site: FakeSite) -> None:
+    """Disabling the CLI's own plugin leaves a plugin's commands only: the built-ins have no other way in."""
+    site.add("fake", GOOD)
+    assert "optimize" in cli("--help").stdout
+    listed_cli = listed()["builtin:cli"]
+    assert listed_cli["builtin"] and "optimize" in listed_cli["commands"] and "plugins" in listed_cli["commands"]
+    result = cli("--disable-plugin", "builtin:cli", "optimize", "m.onnx")
+    assert result.exit_code == 2 and "No such command 'optimize'" in result.output
+    assert cli("--disable-plugin", "builtin:cli", "fake-hello").stdout == "hello from fake\n"
 
 
 # --- registries -------------------------------------------------------------------------------------

@@ -1,14 +1,12 @@
-"""The root click group: lazy subcommands, global options, and the error boundary.
+"""The root click group: commands from the ``gsrewrite_cli_commands`` hook, global options, and the error boundary.
 
-Subcommands live in one module each under ``gsrewrite.cli`` and are imported only when used, so that
-``gsrewrite --help`` and ``gsrewrite info`` do not pay for onnxruntime. Plugins add commands through the
-``gsrewrite_cli_commands`` hook.
+Every command comes through the hook: the built-in ones from :mod:`gsrewrite.cli.commands` (registered as the
+built-in plugin ``builtin:cli``), then the plugins'. A command module imports what its work needs when it runs,
+so that ``gsrewrite --help`` and ``gsrewrite info`` do not pay for onnxruntime.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import os
 import signal
@@ -27,50 +25,15 @@ from gsrewrite.reporting import printable
 
 log = logging.getLogger("gsrewrite")
 
-#: command name -> "module:attribute" of the click command.
-BUILTIN_COMMANDS: dict[str, str] = {
-    "info": "gsrewrite.cli.info_cmd:info",
-    "validate": "gsrewrite.cli.validate_cmd:validate",
-    "plugins": "gsrewrite.cli.plugins_cmd:plugins",
-    "apply": "gsrewrite.cli.apply_cmd:apply",
-    "explain": "gsrewrite.cli.apply_cmd:explain",
-    "patterns": "gsrewrite.cli.patterns_cmd:patterns",
-    "optimize": "gsrewrite.cli.optimize_cmd:optimize",
-    "simplify": "gsrewrite.cli.simplify_cmd:simplify",
-    "passes": "gsrewrite.cli.passes_cmd:passes",
-    "shapes": "gsrewrite.cli.shapes_cmd:shapes",
-    "profile": "gsrewrite.cli.profile_cmd:profile",
-    "memory": "gsrewrite.cli.memory_cmd:memory",
-    "compress": "gsrewrite.cli.compress_cmd:compress",
-    "extract": "gsrewrite.cli.extract_cmd:extract",
-    "compute-graph": "gsrewrite.cli.compute_graph_cmd:compute_graph",
-    "bench": "gsrewrite.cli.bench_cmd:bench",
-}
-
-
 class GsrewriteGroup(click.Group):
-    """A group that imports subcommands lazily and turns library errors into one line + exit 2."""
+    """A group whose commands come from the plugins (the built-in ones first) and that turns library errors into
+    one line + exit 2."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = set(super().list_commands(ctx)) | set(self._available_builtins())
-        names |= set(_plugin_commands(ctx))
-        return sorted(names)
+        return sorted(set(super().list_commands(ctx)) | set(_commands(ctx)))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        cmd = super().get_command(ctx, cmd_name)
-        if cmd is not None:
-            return cmd
-        target = BUILTIN_COMMANDS.get(cmd_name)
-        if target is not None:
-            module_name, attr = target.split(":")
-            try:
-                module = importlib.import_module(module_name)
-            except ModuleNotFoundError as exc:
-                if exc.name == module_name:
-                    return None
-                raise
-            return getattr(module, attr)
-        return _plugin_commands(ctx).get(cmd_name)
+        return super().get_command(ctx, cmd_name) or _commands(ctx).get(cmd_name)
 
     def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
         name = args[0] if args else ""
@@ -79,15 +42,6 @@ class GsrewriteGroup(click.Group):
 
             ctx.fail(f"No such command {name!r}.{did_you_mean(name, self.list_commands(ctx))}")
         return super().resolve_command(ctx, args)
-
-    @staticmethod
-    def _available_builtins() -> list[str]:
-        found = []
-        for name, target in BUILTIN_COMMANDS.items():
-            module_name = target.split(":")[0]
-            if importlib.util.find_spec(module_name) is not None:
-                found.append(name)
-        return found
 
     def invoke(self, ctx: click.Context) -> Any:
         with _interrupts_cancel_saves():
@@ -171,26 +125,27 @@ class _PrintableFormatter(logging.Formatter):
         return printable(super().formatMessage(record))
 
 
-def _plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
+def _commands(ctx: click.Context) -> dict[str, click.Command]:
+    """The commands of the ``gsrewrite_cli_commands`` hook (collected once per run)."""
     obj = ctx.ensure_object(dict)
-    if "plugin_commands" not in obj:
-        obj["plugin_commands"] = {}
+    if "commands" not in obj:
+        obj["commands"] = {}
         # subcommands are resolved before the group callback runs: apply the group's options here first
         params = ctx.params
         _configure_logging(params.get("verbose", 0), params.get("quiet", 0))
         disabled = tuple(params.get("disabled_plugins", ()))
-        try:
-            from gsrewrite.plugin_hooks import collect_cli_commands
-            from gsrewrite.plugin_manager import set_disabled
+        from gsrewrite.cli import commands
+        from gsrewrite.plugin_hooks import collect_cli_commands
+        from gsrewrite.plugin_manager import register_builtin, set_disabled
 
-            if disabled:
-                set_disabled(disabled)
-            obj["plugin_commands"] = collect_cli_commands(BUILTIN_COMMANDS, disabled)
-        except GsrewriteError as exc:
-            log.warning("plugin commands unavailable: %s", one_line(exc))
-        except ImportError:
-            pass
-    return obj["plugin_commands"]
+        register_builtin("cli", commands)
+        if disabled:
+            set_disabled(disabled)
+        try:
+            obj["commands"] = collect_cli_commands(disabled)
+        except GsrewriteError as exc:  # the plugin manager itself failed (a plugin's failure leaves it out)
+            log.warning("commands unavailable: %s", one_line(exc))
+    return obj["commands"]
 
 
 def _configure_logging(verbose: int, quiet: int) -> None:
