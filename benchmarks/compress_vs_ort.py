@@ -20,9 +20,9 @@ from pathlib import Path
 import onnx
 
 import gsrewrite
+from gsrewrite.pipelines import optimize
 from gsrewrite.pipelines.bench import bench, bench_inputs
 from gsrewrite.pipelines.compress import weight_bytes
-from gsrewrite.pipelines.optimize import optimize_model
 from gsrewrite.validation import validate
 
 
@@ -77,7 +77,7 @@ def main() -> None:
     for path in args.models:
         original = onnx.load(path)
         with tempfile.TemporaryDirectory() as folder:
-            fused = optimize_model(original, validation=None).model
+            fused = optimize(original, validate=False).model
             makers = _makers(original, fused, folder)
             variants = [(label, make()) for i, (label, make) in enumerate(makers)
                         if i == 0 or not args.only or any(text in label for text in args.only)]

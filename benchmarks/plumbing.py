@@ -1,23 +1,19 @@
-"""Does each piece of the CLI's speed plumbing earn its place? Wall time of ``gsrewrite optimize|simplify`` with
-each piece ON (everything as shipped) and OFF (that one piece disabled), interleaved, on base-width exports.
+"""Does the speed plumbing earn its place? Wall time of ``gsrewrite optimize|simplify`` with each piece ON
+(everything as shipped) and OFF (that one piece disabled), interleaved, on base-width exports.
 
-Pieces and how each is turned OFF (no code edited):
+The piece left, and how it is turned OFF (no code edited):
 
-- ``cache``: the JSON parse cache of pattern files: ``GSREWRITE_CACHE_DIR=`` (empty). ON uses a warmed folder.
-- ``allocator``: glibc mallopt at CLI start: ``GSREWRITE_KEEP_MALLOC=1``.
-- ``fast_import``: ``gsrewrite.engine.fast_import.import_onnx`` replaced by ``gs.import_onnx`` before anything
-  imports it by name.
-- ``staged_save``: ``StagedSave.begin`` does nothing and ``finish`` saves, then runs its work (a plain save after
-  validation, no worker thread).
+- ``staged_save``: ``gsrewrite.model_io.staging.StagedSave.begin`` does nothing, so nothing is written ahead
+  while validation runs and ``StagedSave.save`` saves the result after it (``save_model``, in the main thread).
 
-The cache, the allocator tuning and fast_import were removed after this measurement: the numbers in
-benchmarks/results/plumbing.md come from a copy of the package at commit 2a24b7c put first on the path
-(``git archive HEAD gsrewrite | tar -x -C SNAP``; ``PYTHONPATH=SNAP``), which also keeps other engineers'
-edits of the work tree out of a run. Every run goes through this file's ``run`` mode (same interpreter
-start-up for ON and OFF)::
+The parse cache, the allocator tuning and fast_import were measured the same way and removed (the first part of
+benchmarks/results/plumbing.md, from a copy of the package at commit 2a24b7c). Put a copy of the package first on
+the path (``git archive HEAD gsrewrite plugins patterns | tar -x -C SNAP``; ``PYTHONPATH=SNAP:SNAP/plugins``
+and ``gsrewrite_patterns`` linked to ``SNAP/patterns``), which keeps other engineers' edits of the work tree out
+of a run. Every run goes through this file's ``run`` mode (same interpreter start-up for ON and OFF)::
 
-    PYTHONPATH=SNAP python benchmarks/plumbing.py measure --rounds 5   # appends to benchmarks/_work/plumbing.json
-    python benchmarks/plumbing.py report        # writes benchmarks/results/plumbing.md from the JSON
+    PYTHONPATH=... python benchmarks/plumbing.py measure --rounds 5   # appends to benchmarks/_work/plumbing.json
+    python benchmarks/plumbing.py report        # writes benchmarks/results/staged_save.md from the JSON
 """
 
 from __future__ import annotations
@@ -36,58 +32,34 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 BASE = HERE / "_work" / "base"
 RAW = HERE / "_work" / "plumbing.json"
-RESULT = HERE / "results" / "plumbing.md"
-PIECES = ("cache", "allocator", "fast_import", "staged_save")
+RESULT = HERE / "results" / "staged_save.md"
+PIECES = ("staged_save",)
 CONFIGS = ("on", *PIECES)
 COMMANDS = ("optimize", "simplify")
 THRESHOLD = 0.05
 
 
-def _disable_fast_import() -> None:
-    import gsrewrite.engine.fast_import as fast_import
-    import onnx_graphsurgeon as gs
-
-    fast_import.import_onnx = gs.import_onnx
-
-
 def _disable_staged_save() -> None:
-    from gsrewrite.cli import _background_save as background
-    from gsrewrite.model_io import save_model
+    from gsrewrite.model_io import staging
 
-    def finish(self: Any, model: Any, serialized: Any, work: Any) -> tuple[int, Any]:
-        size = save_model(model, self._output, serialized=serialized, **self._options)
-        return size, work()
-
-    background.StagedSave.begin = lambda self, model, data: None  # type: ignore[method-assign]
-    background.StagedSave.finish = finish  # type: ignore[method-assign]
+    staging.StagedSave.begin = lambda self, model, data: None  # type: ignore[method-assign]
 
 
 def run(config: str, argv: list[str]) -> None:
     """Run the CLI in this process with ``config``'s piece turned off (``on``: nothing patched)."""
-    if config == "fast_import":
-        _disable_fast_import()
-    elif config == "staged_save":
+    if config == "staged_save":
         _disable_staged_save()
     from gsrewrite.cli import main
 
     main(argv, prog_name="gsrewrite")
 
 
-def _env(config: str, cache_dir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env["GSREWRITE_CACHE_DIR"] = "" if config == "cache" else cache_dir
-    env.pop("GSREWRITE_KEEP_MALLOC", None)
-    if config == "allocator":
-        env["GSREWRITE_KEEP_MALLOC"] = "1"
-    return env
-
-
-def _time_once(config: str, command: str, model: str, out_dir: str, cache_dir: str) -> float:
+def _time_once(config: str, command: str, model: str, out_dir: str) -> float:
     output = os.path.join(out_dir, f"{model}.{command}.onnx")
     args = [sys.executable, str(Path(__file__).resolve()), "run", config, "--", command,
             str(BASE / f"{model}.onnx"), "-o", output]
     start = time.perf_counter()
-    done = subprocess.run(args, env=_env(config, cache_dir), capture_output=True, text=True)
+    done = subprocess.run(args, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"{config} {command} {model} failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -98,17 +70,15 @@ def _time_once(config: str, command: str, model: str, out_dir: str, cache_dir: s
 def measure(models: list[str], commands: list[str], rounds: int) -> None:
     """Interleaved runs (one of each config per round, the order rotating), appended to the raw JSON."""
     raw: dict[str, Any] = json.loads(RAW.read_text()) if RAW.exists() else {}
-    cache_dir = tempfile.mkdtemp(prefix="gsrewrite-plumbing-cache-")
     with tempfile.TemporaryDirectory(prefix="gsrewrite-plumbing-") as out_dir:
         for command in commands:
             for model in models:
-                _time_once("on", command, model, out_dir, cache_dir)  # warm the cache and the page cache
+                _time_once("on", command, model, out_dir)  # warm the page cache
                 times = raw.setdefault(command, {}).setdefault(model, {})
                 for r in range(rounds):
                     order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
                     for config in order:
-                        times.setdefault(config, []).append(_time_once(config, command, model, out_dir,
-                                                                       cache_dir))
+                        times.setdefault(config, []).append(_time_once(config, command, model, out_dir))
                     RAW.write_text(json.dumps(raw, indent=1))
                     print(command, model, "round", r, {c: round(times[c][-1], 3) for c in CONFIGS}, flush=True)
 
@@ -120,19 +90,17 @@ def _row(model: str, command: str, on: list[float], off: list[float], quiet_from
             f"| {len(quiet_on)} | {med_on:.3f} | {med_off:.3f} | {med_off / med_on:.3f} |")
 
 
-def report(quiet_from: int = 5) -> str:
+def report(quiet_from: int = 0) -> str:
     """The markdown tables: per piece, ON and OFF wall time per command and model. Min over every run; median
-    over the runs from ``quiet_from`` on (the first rounds ran under a load average of 5-6 on 2 cores)."""
+    over the runs from ``quiet_from`` on."""
     raw = json.loads(RAW.read_text())
     lines = ["# Speed plumbing: ON vs OFF on base-width exports", "",
              "Wall time (s) of `gsrewrite COMMAND MODEL -o OUT` as a subprocess (`benchmarks/plumbing.py`; the "
              "exports of `benchmarks/make_base_width.py`: hidden 768, 12 heads, 6 layers, seq 128, 255-312 MB). "
-             "ON = as shipped, OFF = that one piece disabled; the five configurations interleaved per round "
+             "ON = as shipped, OFF = that one piece disabled; the configurations interleaved per round "
              "(rotating order) on a shared 2-core VM. ratio = OFF / ON (> 1: the piece saves time). A piece stays "
              f"when it saves >= {THRESHOLD:.0%} of wall time: ratio >= {1 / (1 - THRESHOLD):.3f}.", "",
-             f"`min`: over all runs. `median`: over runs {quiet_from + 1}.. only (the first {quiet_from} rounds ran "
-             "while other engineers' test suites held the load average at 5-6, which makes a median of all "
-             "runs bimodal).", ""]
+             f"`min`: over all runs. `median`: over runs {quiet_from + 1}.. .", ""]
     for piece in PIECES:
         lines += [f"## {piece}", "", "| command | model | runs | ON min | OFF min | ratio min | quiet runs "
                   "| ON median | OFF median | ratio median |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -26,6 +26,8 @@ _LAZY = {
     "optimize": "gsrewrite.pipelines",
     "RewriteResult": "gsrewrite.pipelines",
     "ValidationOptions": "gsrewrite.pipelines",
+    "RewriteOptions": "gsrewrite.pipelines",
+    "CompressOptions": "gsrewrite.pipelines",
     "SimplifyLimits": "gsrewrite.pipelines",
     "load_pattern": "gsrewrite.patterns",
     "get_plugin_manager": "gsrewrite.plugin_manager",

@@ -186,6 +186,10 @@ def plugin_label(name: str) -> str:
     return record.label if record is not None else f"plugin {name!r}"
 
 
+def _given(plugin: object) -> object:
+    return plugin
+
+
 def one_line_error(exc: BaseException) -> str:
     """``Type: message`` with the message's lines joined, for plugin failure reports."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -210,7 +214,7 @@ class _Loader:
 
     def load_builtins(self) -> None:
         for name, plugin in _handed_over.items():
-            self._add(PluginRecord(BUILTIN_PREFIX + name, "gsrewrite", __version__, True), lambda p=plugin: p)
+            self._add(PluginRecord(BUILTIN_PREFIX + name, "gsrewrite", __version__, True), partial(_given, plugin))
         try:
             modules = importlib.import_module("gsrewrite_builtins").BUILTIN_PLUGINS
         except (ImportError, AttributeError) as exc:

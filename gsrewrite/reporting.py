@@ -1,9 +1,11 @@
-"""One report format for every rewriting command (apply, optimize, simplify, compress), as data, and the text
-forms every command's output shares.
+"""One report format for every rewriting command (apply, optimize, simplify, compress, ``optimize --tune``), as
+data, and the text forms every command's output shares.
 
-A :class:`Report` is a list of blocks: tables (title, columns, rows) and lines. The library's results render it
-as plain text (``result.report()``); the CLI renders the same blocks with rich on a terminal. Sizes are binary
-units, labelled as such (KiB, MiB, GiB).
+A :class:`Report` is a list of blocks: tables (title, columns, rows) and lines. Each result builds its own
+(``RewriteResult``, ``SimplifyResult``, ``CompressResult``, ``TuneResult``: ``report_blocks()``) and renders it as
+plain text (``result.report()``); the CLI renders the same blocks (gsrewrite/cli/_report.py: rich tables on a
+terminal, aligned text elsewhere) or the result's ``to_dict()`` as JSON. Sizes are binary units, labelled as such
+(KiB, MiB, GiB).
 
 Text from a model (names of tensors, nodes, inputs) is shown through :func:`printable` in every table and
 message (a name could otherwise hold newlines, terminal escape sequences or bidirectional controls), and written
@@ -123,7 +125,7 @@ def rewrite_report(before: Stats, after: Stats, changes: Mapping[str, Mapping[st
     for title, counts in changes.items():
         if counts:
             report.blocks.append(Table(title, ("name", "changes"), sorted(counts.items())))
-    if not any(changes.values()):
+    if not any(changes.values()) and (before.ops, before.parameters) == (after.ops, after.parameters):
         report.blocks.append("Nothing changed: the model is as it was.")
     report.blocks += [f"Dropped {name}: its rewrites fail validation ({why})" for name, why in dropped.items()]
     report.blocks += skipped_lines(skipped, verbose)

@@ -78,6 +78,19 @@ def io_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
+def staged_save(job: Job, io: dict[str, Any], in_place: bool = False) -> Any:
+    """The job's output as a :class:`~gsrewrite.model_io.staging.StagedSave` (``with`` it around the pipeline
+    call: the result's bytes are written while they are validated), its path checked first: never over the input
+    (unless ``in_place``) or a file the input reads, before any work."""
+    from gsrewrite.model_io import check_output_path
+    from gsrewrite.model_io.staging import StagedSave
+
+    external = io["external_data"] or None
+    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
+    return StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
+                      size_threshold=io["size_threshold"])
+
+
 def plan_jobs(paths: Sequence[str], output: str | None, *, force: bool) -> list[Job]:
     """Inputs and outputs from the positional paths and ``-o``; names checked, nothing written."""
     models = list(paths)

@@ -19,8 +19,6 @@ from rich.text import Text
 
 from gsrewrite.reporting import cell_text, is_number, plain_table, printable, size_text
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
-
 
 def _default(obj: Any) -> Any:
     if isinstance(obj, np.generic):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option, input_shapes
-from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._options import input_shape_option, input_shapes, inputs_option, json_option
+from gsrewrite.cli._output import console, emit_json, table
 
 
 @click.command()
@@ -20,7 +20,7 @@ from gsrewrite.cli._output import console, emit_json, json_option, table
               help="onnxruntime intra-op threads.")
 @click.option("--ort-level", type=click.Choice(["disable", "basic", "extended", "all"]), default="all",
               show_default=True, help="onnxruntime graph optimization level of the sessions.")
-@click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs (default: generated).")
+@inputs_option
 @input_shape_option
 @click.option("--save-optimized", default=None, metavar="OUT.onnx",
               help="Write onnxruntime's own offline-optimized model of the first MODEL (at --ort-level).")

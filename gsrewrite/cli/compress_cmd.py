@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._jobs import Job, io_options, run_jobs
-from gsrewrite.cli._output import console, emit_json, json_option, table
-from gsrewrite.cli._validation_options import criterion_options
+from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
+from gsrewrite.cli._options import criterion_options, inputs_option, json_option, validate_option
+from gsrewrite.cli._output import console, table
+from gsrewrite.cli._report import emit, show
 
 
 def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -48,9 +49,8 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--exclude", multiple=True, metavar="NODE", help="Leave this node uncompressed (repeatable).")
 @click.option("--op-types", default=None, metavar="A,B", help="int8/int4/dynamic/static-int8: op types to quantize.")
 @criterion_options("compress")
-@click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Compare outputs with the uncompressed model (and bisect nodes that break the tolerance).")
-@click.option("--inputs", "inputs", default=None, metavar="FILE.npz", help="Inputs for validation and latency.")
+@validate_option("Compare outputs with the uncompressed model (and bisect nodes that break the tolerance).")
+@inputs_option
 @click.option("--bench-runs", type=click.IntRange(min=0), default=10, show_default=True,
               help="Latency before/after: interleaved onnxruntime runs (0: skip).")
 @click.option("--allow-slower", is_flag=True, help="Write the result even when it was measured more than 1.1x slower "
@@ -71,25 +71,17 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
 
     def one(job: Job) -> None:
         from gsrewrite.cli._output import working
-        from gsrewrite.model_io import check_output_path, save_model
         from gsrewrite.pipelines.compress import compress as run
 
-        external = io["external_data"] or None
-        check_output_path(job.output, input_path=job.model, external_data=external)
-        with working(f"compressing {job.model}..."):
-            result = run(job.model, strategy, validate=validate, inputs=inputs, bench_runs=bench_runs,
-                         allow_slower=allow_slower, **criterion, **options)
-        size = save_model(result.model, job.output, input_path=job.model, external_data=external,
-                          size_threshold=io["size_threshold"])
+        with staged_save(job, io) as output:
+            with working(f"compressing {job.model}..."):
+                result = run(job.model, strategy, validate=validate, inputs=inputs, bench_runs=bench_runs,
+                             allow_slower=allow_slower, **criterion, **options)
+            size = output.save(result.model)
         if as_json:
-            emit_json(result.to_dict() | {"output": job.output, "bytes_written": size})
+            emit(result.to_dict(), job.output, result.file_bytes[0], size)
             return
-        out = console()
-        if io["verbosity"] >= 0:
-            out.print(result.report(), markup=False, highlight=False, soft_wrap=True)
-        from gsrewrite.reporting import size_text
-
-        out.print(f"Wrote {job.output} ({size_text(size)})", markup=False, highlight=False, soft_wrap=True)
+        show(result.report_blocks(), job.output, size, io["verbosity"])
 
     run_jobs(jobs_, workers, one, as_json)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option, input_shapes
-from gsrewrite.cli._output import console, emit_json, json_option, to_json
+from gsrewrite.cli._options import input_shape_option, input_shapes, json_option
+from gsrewrite.cli._output import console, emit_json, to_json
 from gsrewrite.reporting import printable
 
 

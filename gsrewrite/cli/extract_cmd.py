@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._options import input_shape_option, input_shapes
-from gsrewrite.cli._output import console, emit_json, json_option, working
+from gsrewrite.cli._options import input_shape_option, input_shapes, json_option, validate_option
+from gsrewrite.cli._output import console, emit_json, working
 from gsrewrite.reporting import printable
 
 
@@ -20,8 +20,7 @@ def _names(values: tuple[str, ...]) -> list[str]:
 @click.option("--outputs", "outputs", multiple=True, required=True, metavar="C",
               help="Tensors that become the sub-model's outputs (comma-separated or repeated).")
 @click.option("-o", "--output", required=True, metavar="SUB.onnx", help="Where to write the sub-model.")
-@click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Check the sub-model against the same tensors of the full model in onnxruntime.")
+@validate_option("Check the sub-model against the same tensors of the full model in onnxruntime.")
 @click.option("--input-data", metavar="FILE.npz", default=None,
               help="Inputs of the full model for the check (default: generated).")
 @input_shape_option

@@ -7,7 +7,8 @@ from typing import Any
 import click
 import onnx
 
-from gsrewrite.cli._output import console, emit_json, human_bytes, json_option, table
+from gsrewrite.cli._options import json_option
+from gsrewrite.cli._output import console, emit_json, human_bytes, table
 from gsrewrite.info import ModelInfo, TensorSpec, model_info
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._options import json_option
+from gsrewrite.cli._output import console, emit_json, table
 
 
 @click.group()

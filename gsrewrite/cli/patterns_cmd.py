@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._options import json_option
+from gsrewrite.cli._output import console, emit_json, table
 from gsrewrite.reporting import printable
 
 

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._options import json_option
+from gsrewrite.cli._output import console, emit_json, table
 from gsrewrite.errors import PluginError
 from gsrewrite.plugin_hooks import plugin_cli_commands
 from gsrewrite.plugin_manager import PluginRecord, autoload_disabled, plugin_records

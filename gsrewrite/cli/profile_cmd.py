@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._options import input_shape_option, input_shapes
+from gsrewrite.cli._options import input_shape_option, input_shapes, json_option
 from gsrewrite.cli._output import console, emit_json, human_bytes, table, working
 
 
@@ -17,7 +17,7 @@ from gsrewrite.cli._output import console, emit_json, human_bytes, table, workin
 @input_shape_option
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
               show_default=True, help="table for people, csv (one row per node) or json for scripts.")
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@json_option
 @click.option("--top", type=click.IntRange(min=0), default=10, show_default=True,
               help="Nodes listed by MACs (0: all; json and csv list all nodes unless given).")
 @click.option("--plot", "plot", default=None, metavar="FILE",

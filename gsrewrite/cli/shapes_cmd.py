@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._options import input_shape_option, input_shapes
-from gsrewrite.cli._output import console, emit_json, json_option, table
+from gsrewrite.cli._options import input_shape_option, input_shapes, json_option
+from gsrewrite.cli._output import console, emit_json, table
 from gsrewrite.reporting import printable
 
 

@@ -7,11 +7,10 @@ from typing import Any
 
 import click
 
-from gsrewrite.cli._jobs import Job, io_options, run_jobs
-from gsrewrite.cli._output import console, json_option, working
-from gsrewrite.cli._rewrite_report import emit, show
-from gsrewrite.cli._validation_options import validation_options
-from gsrewrite.reporting import rewrite_report
+from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
+from gsrewrite.cli._options import in_place_option, json_option, validate_option, validation_options
+from gsrewrite.cli._output import console, working
+from gsrewrite.cli._report import emit, show
 
 _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, without importing the engine
 
@@ -29,22 +28,23 @@ _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, wit
               help="Also write this constant of the result to OUTPUT_STEM.NAME.npy (repeatable).")
 @click.option("--extract-op", "ops", multiple=True, metavar="NAME",
               help="Also write this node of the result, alone, to OUTPUT_STEM.NAME.onnx (repeatable).")
-@click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Compare the result with the original in onnxruntime (a pass that breaks it is dropped).")
-@click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+@validate_option("Compare the result with the original in onnxruntime (a pass that breaks it is dropped).")
+@in_place_option
 @validation_options
 @json_option
 def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[str, ...], max_fold_bytes: int,
              downcast: bool, keep_metadata: bool, constants: tuple[str, ...], ops: tuple[str, ...], validate: bool,
-             in_place: bool, validation: dict[str, Any], as_json: bool, **io: Any) -> None:
+             in_place: bool, validation: Any, as_json: bool, **io: Any) -> None:
     """Simplify MODEL (folding, elimination, shape folding, deduplication) and write it to OUTPUT.
 
     gsrewrite simplify in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx). --input-shape NAME:1x128
     (or DIM=1) also fixes those dims in the result, so that more folds.
     """
-    settings = {"only": list(only) or None, "skip": list(skip), "max_fold_bytes": max_fold_bytes,
-                "input_shapes": validation.get("input_shapes"), "downcast": downcast,
-                "validation": validation if validate else None, "keep_metadata": keep_metadata}
+    from gsrewrite.pipelines import SimplifyLimits
+
+    settings = {"only": list(only) or None, "skip": list(skip), "limits": SimplifyLimits(max_fold_bytes=max_fold_bytes),
+                "input_shapes": validation.input_shapes, "downcast": downcast,
+                "validate": validation if validate else False, "keep_metadata": keep_metadata}
 
     def one(job: Job) -> None:
         _simplify_one(job, settings, (constants, ops), in_place, as_json, io)
@@ -54,28 +54,18 @@ def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[
 
 def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, ...], tuple[str, ...]],
                   in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
-    from gsrewrite.cli._background_save import StagedSave
-    from gsrewrite.model_io import check_output_path, stored_size
-    from gsrewrite.pipelines.simplify import simplify_model
+    from gsrewrite.model_io import stored_size
+    from gsrewrite.pipelines import simplify
 
-    # before any work: never over the input model (unless --in-place) or a file it reads, nor its data file
-    # over a file that is not the output's own
-    external = io["external_data"] or None
-    check_output_path(job.output, input_path=job.model, in_place=in_place, external_data=external)
-    _extraction_paths(*extract, job.output)
-    # the output is written while validation runs (and put in place only if it passed)
-    with StagedSave(job.output, input_path=job.model, in_place=in_place, external_data=external,
-                    size_threshold=io["size_threshold"]) as staged:
+    _extraction_paths(*extract, job.output)  # before any work: never two outputs on one file
+    with staged_save(job, io, in_place) as output:  # written while validation runs, put in place if it passed
         with working(f"simplifying {job.model}..."):
-            result = simplify_model(job.model, on_serialized=staged.begin, **settings)
+            result = simplify(job.model, **settings)
         extracted = _extractions(result.model, *extract, job.output, job.model)
-
-        def original_stats() -> None:  # the table's "before" column, computed while the output is written
-            result.note_size(result.original, stored_size(job.model, result.original))
-            result.before  # noqa: B018 - computed (and cached) now
-
-        size, _ = staged.finish(result.model, result.serialized, original_stats)
-    result.note_size(result.model, size)  # the sizes in the report come from the files, not re-serialization
+        size = output.save(result.model, result.serialized)
+    # the sizes in the report come from the files, not re-serialization
+    result.note_size(result.original, stored_size(job.model, result.original))
+    result.note_size(result.model, size)
     written = [_write(path, payload, job.model) for path, payload in extracted]
     _report(result, job.output, size, written, as_json, io["verbosity"])
 
@@ -131,14 +121,7 @@ def _report(result: Any, output: str, size: int, written: list[str], as_json: bo
     if as_json:
         emit(result.to_dict() | {"extracted": written}, output, result.before.size, size)
         return
-    report = rewrite_report(result.before, result.after, {f"Changes per pass ({result.rounds} rounds)": result.counts},
-                            dropped=result.dropped, validation=result.validation, verbose=verbosity > 0)
-    if result.skipped_folds:
-        first, why = next(iter(result.skipped_folds.items()))
-        others = len(result.skipped_folds) - 1
-        more = f" (and {others} more; --json lists them)" if others else ""
-        report.blocks.append(f"Not folded: {first}: {why}{more}")
-    show(report, output, size, verbosity)
+    show(result.report_blocks(verbose=verbosity > 0), output, size, verbosity)
     if verbosity >= 0:
         for path in written:
             console().print(f"Wrote {path}", markup=False, highlight=False, soft_wrap=True)

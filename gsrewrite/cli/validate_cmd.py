@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gsrewrite.cli._output import console, emit_json, json_option, table
-from gsrewrite.cli._validation_options import criterion_options, validation_options
+from gsrewrite.cli._options import criterion_options, json_option, validation_options
+from gsrewrite.cli._output import console, emit_json, table
 from gsrewrite.reporting import printable
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ _COLUMNS = ("output", "shape", "max abs", "max rel", "% outside tol", "cosine", 
 @validation_options
 @criterion_options("validate")
 @json_option
-def validate(original: str, candidate: str, validation: dict[str, Any], criterion: dict[str, Any],
+def validate(original: str, candidate: str, validation: Any, criterion: dict[str, Any],
              as_json: bool) -> None:
     """Run ORIGINAL and CANDIDATE in onnxruntime on the same inputs and compare every output.
 
@@ -36,7 +36,7 @@ def validate(original: str, candidate: str, validation: dict[str, Any], criterio
     """
     from gsrewrite.validation import validate as run_validation
 
-    report = run_validation(original, candidate, **validation, **criterion)
+    report = run_validation(original, candidate, **validation.kwargs(), **criterion)
     if as_json:
         emit_json(report.to_dict())
     else:

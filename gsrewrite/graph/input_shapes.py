@@ -116,6 +116,11 @@ def _put(into: dict[str, Any], name: str, value: Any, spec: str) -> None:
     into[name] = value
 
 
+#: Input shapes as callers give them: parsed ``--input-shape`` values, or a mapping
+#: ``{"input_ids": (1, 128), "batch": 2}`` (dims as ints or expressions)
+ShapeSpec = InputShapes | Mapping[str, Any]
+
+
 def as_input_shapes(value: InputShapes | str | Iterable[str] | Mapping[str, Any] | None) -> InputShapes:
     """Input shapes from what the library accepts: :class:`InputShapes`, ``--input-shape`` strings, or a mapping
     (a sequence of dims, ints or expressions, for an input; a non-negative int for a symbol)."""

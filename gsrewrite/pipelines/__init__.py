@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from gsrewrite.pipelines.apply import RewriteResult, apply
 from gsrewrite.pipelines.optimize import optimize
-from gsrewrite.pipelines.options import ValidationOptions
+from gsrewrite.pipelines.options import CompressOptions, RewriteOptions, ValidationOptions
 from gsrewrite.pipelines.simplify import SimplifyLimits, simplify
 
-__all__ = ["RewriteResult", "SimplifyLimits", "ValidationOptions", "apply", "optimize", "simplify"]
+__all__ = ["CompressOptions", "RewriteOptions", "RewriteResult", "SimplifyLimits", "ValidationOptions", "apply",
+           "optimize", "simplify"]

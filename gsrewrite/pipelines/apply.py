@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from gsrewrite.info import op_histogram
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
-from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import RewriteOptions, ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
 from gsrewrite.stages import stage
@@ -39,7 +39,6 @@ from gsrewrite.stages import stage
 log = logging.getLogger(__name__)
 
 ModelArg = onnx.ModelProto | str | os.PathLike
-OnSerialized = Callable[[onnx.ModelProto, bytes], None]
 
 
 @dataclass
@@ -65,6 +64,10 @@ class RewriteResult:
     passes: dict[str, int] = field(default_factory=dict)
     #: the model the result is compared with (what the report's "before" column describes)
     original: onnx.ModelProto | None = field(default=None, repr=False)
+    #: ``optimize(tune=True)``: the candidates timed and the one kept (a :class:`~gsrewrite.pipelines.tune.TuneResult`)
+    tuned: Any = None
+    #: ``optimize(compress=...)``: the compression of the fused model (a ``CompressResult``)
+    compressed: Any = None
 
     def report(self, verbose: bool = False) -> str:
         """A readable report: changed ops, nodes, parameters and size before/after, changes per pass and
@@ -77,8 +80,12 @@ class RewriteResult:
         before = ModelStats.of(self.original if self.original is not None else self.model, size_before)
         after = ModelStats.of(self.model, size_after)
         changes = {"Changes per cleanup pass": self.passes, "Rewrites per pattern": self.counts}
-        return rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped,
-                              validation=self.validation, verbose=verbose)
+        report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped,
+                                validation=self.validation, verbose=verbose)
+        for step in (self.tuned, self.compressed):
+            if step is not None:
+                report.blocks += step.report_blocks().blocks
+        return report
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,7 +103,8 @@ class RewriteResult:
             "patterns": list(self.patterns),
             "passes": dict(self.passes),
             "seconds": round(self.seconds, 4),
-        }
+        } | ({"tune": self.tuned.to_dict()} if self.tuned is not None else {}) \
+          | ({"compress": self.compressed.to_dict()} if self.compressed is not None else {})
 
 
 def apply(
@@ -119,51 +127,68 @@ def apply(
     ``validate`` (default ``True``; a :class:`~gsrewrite.pipelines.ValidationOptions` sets inputs, shapes,
     tolerances ...) the result is compared with the original in onnxruntime; a pattern whose rewrites fail (or
     that onnxruntime cannot load) is dropped (``result.dropped`` says why). If nothing can be made to agree,
-    the result is the original itself.
+    the result is the original itself. A model given by path is compared with that file as it is.
     """
-    source_path = model if isinstance(model, (str, os.PathLike)) else None
-    return rewrite_model(_as_model(model), patterns, target=target, device=device,
-                         validation=validation_kwargs(validate), pattern_files=pattern_files, explain=explain,
-                         opset=opset, registry=registry, source_path=source_path)
+    fusions = Fusions(tuple(patterns), target, device, RewriteOptions(tuple(pattern_files), opset, explain, registry))
+    return rewrite(Source.of(model), fusions, validation_kwargs(validate))
 
 
-def rewrite_model(original: onnx.ModelProto, patterns: Sequence[str], *, target: str,
-                  validation: dict[str, Any] | None, device: str = "cpu",
-                  pattern_files: Iterable[str | os.PathLike] = (), explain: bool = False, opset: int | None = None,
-                  registry: PatternRegistry | None = None, reference: onnx.ModelProto | None = None,
-                  source_path: str | os.PathLike | None = None, eager_validation: bool = True, pending: Any = None,
-                  on_serialized: OnSerialized | None = None) -> RewriteResult:
-    """:func:`apply` on a loaded model (the CLI's entry point). ``validation``: keyword arguments of
-    :func:`gsrewrite.validate`, None for no validation. ``reference``: the model ``original`` was derived from,
-    what the result is compared with (and given back when nothing agrees). ``source_path``: the file the
-    reference was read from, unchanged (onnxruntime reads it instead of a re-serialized copy). With
-    ``eager_validation`` the reference run starts on a worker thread before the rewrite (overlapping it);
-    otherwise only once the rewrite changed something. ``pending``: the reference's validator, already started
-    by the caller (``optimize`` starts it during the cleanup). ``on_serialized(candidate, data)`` is called with
-    each candidate validation serialized, before onnxruntime compares it (``result.serialized`` says which one
-    was kept)."""
+@dataclass(frozen=True)
+class Source:
+    """A model to rewrite and the file it was read from, unchanged (onnxruntime reads that file instead of a
+    re-serialized copy), if any."""
+
+    model: onnx.ModelProto
+    path: str | os.PathLike | None = None
+
+    @classmethod
+    def of(cls, model: ModelArg) -> Source:
+        if isinstance(model, onnx.ModelProto):
+            return cls(model)
+        from gsrewrite.model_io import load_model
+
+        return cls(load_model(model), model)
+
+
+@dataclass(frozen=True)
+class Fusions:
+    """Which patterns rewrite, for what: the names (``all``, families, patterns), target, device, and the rest."""
+
+    patterns: Sequence[str]
+    target: str = "ort"
+    device: str = "cpu"
+    options: RewriteOptions = field(default_factory=RewriteOptions)
+
+
+def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None, *,
+            reference: onnx.ModelProto | None = None, pending: Any = None) -> RewriteResult:
+    """:func:`apply`'s pipeline. ``validation``: keyword arguments of :func:`gsrewrite.validate`, None for no
+    validation. ``reference``: the model ``source`` was derived from (``optimize``: the model before the
+    cleanup), what the result is compared with and given back when nothing agrees. ``pending``: the reference's
+    validator when the caller made it (started or not: a validator not started starts at the first comparison);
+    without one, the reference run starts at once, overlapping the rewrite."""
     start = time.perf_counter()
-    check_target(target)
-    check_device(device)
-    registry, selected = _select(registry, patterns, pattern_files)
-    selected, elsewhere = _for_device(selected, device)
+    original, options = source.model, fusions.options
+    check_target(fusions.target)
+    check_device(fusions.device)
+    registry, selected = _select(options.registry, fusions.patterns, options.pattern_files)
+    selected, elsewhere = _for_device(selected, fusions.device)
     validate = validation is not None
-    if pending is None and validate and (eager_validation or reference is not None):
-        pending = reference_validator(reference or original, validation, source_path).start()
-    working = _convert_opset(original, opset)
+    if pending is None and validate:
+        pending = reference_validator(reference or original, validation, source.path).start()
+    working = _convert_opset(original, options.opset)
     with stage("rewriting"):
-        out, run = _rewrite(working, selected, target, explain, registry)
+        out, run = _rewrite(working, selected, fusions.target, options.explain, registry)
     result = _result(original, out, run, selected)
     result.skipped.update(elsewhere)
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
-        pending = pending or reference_validator(reference or original, validation, source_path)
         with stage("validating"):
-            _validate(result, reference or original, working, selected, (target, registry),
-                      Checker(pending, on_serialized))
+            _validate(result, reference or original, working, selected, (fusions.target, registry),
+                      Checker(pending))
     elif validate:  # nothing to compare, but an original onnxruntime cannot run cannot be validated either
-        (pending or reference_validator(original, validation, source_path)).ensure_runnable()
+        pending.ensure_runnable()
     else:
         from gsrewrite.validation.runner import warn_unvalidated
 
@@ -195,14 +220,6 @@ def _for_device(selected: list[Pattern], device: str) -> tuple[list[Pattern], di
     for name, reason in skipped.items():
         log.info("pattern %s skipped: %s", name, reason)
     return [p for p in selected if p.name not in skipped], skipped
-
-
-def _as_model(model: ModelArg) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    from gsrewrite.model_io import load_model
-
-    return load_model(model)
 
 
 def _convert_opset(model: onnx.ModelProto, opset: int | None) -> onnx.ModelProto:

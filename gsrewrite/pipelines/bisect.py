@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 import onnx
 
 from gsrewrite.errors import CannotValidateError, InputDataError, ValidationError
+from gsrewrite.model_io.staging import offer
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +64,23 @@ class Checker:
     """Compares candidates with the original, whose validator ``pending`` (a
     :class:`~gsrewrite.validation.background.LazyValidator`) prepares on a worker thread.
 
-    The first comparison starts the reference run if nobody did, and waits for it. ``on_serialized(candidate,
-    data)`` is called before each comparison with the bytes onnxruntime runs.
+    The first comparison starts the reference run if nobody did, and waits for it. Each candidate's bytes go to
+    :func:`gsrewrite.model_io.staging.offer` before the comparison (a save open around the call writes them
+    meanwhile).
     """
 
-    def __init__(self, pending: Any, on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> None:
+    def __init__(self, pending: Any) -> None:
         self._pending = pending
-        self._on_serialized = on_serialized
         self._validator: Any = None
         self._last: tuple[onnx.ModelProto, bytes | None] | None = None
 
     @classmethod
-    def of(cls, original: Any, options: dict[str, Any],
-           on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> Checker:
+    def of(cls, original: Any, options: dict[str, Any]) -> Checker:
         """A checker for ``original`` (a ModelProto or a ModelSource) with :func:`gsrewrite.validate`'s
         ``options``, not started yet."""
         from gsrewrite.validation.background import LazyValidator
 
-        return cls(LazyValidator(original, **options), on_serialized)
+        return cls(LazyValidator(original, **options))
 
     @property
     def started(self) -> bool:
@@ -122,8 +122,8 @@ class Checker:
         # beside the comparison measured no faster.
         source = serialized_source(candidate, "candidate")
         self._last = (candidate, source.data)
-        if self._on_serialized is not None and source.data is not None:
-            self._on_serialized(candidate, source.data)
+        if source.data is not None:
+            offer(candidate, source.data)
         validator = self._ready()
         try:
             return validator.check(source)

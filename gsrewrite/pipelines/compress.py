@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from gsrewrite.model_io.saving import serialized_size
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
+from gsrewrite.reporting import Report, Table, size_text
 from gsrewrite.stages import stage
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
@@ -108,29 +110,31 @@ class CompressResult:
         """``label: 80% agree (400 of 500), need >= 99%; y: ...``: the outputs out of tolerance and why."""
         return "; ".join(describe_failures(o, self.criterion) for o in self.outputs if not o.ok)
 
-    def report(self) -> str:
-        before, after = self.file_bytes
-        w_before, w_after = self.weight_bytes
-        lines = [f"{self.strategy}: file {_mib(before)} -> {_mib(after)} ({after / max(before, 1):.3f}x), "
-                 f"weights {_mib(w_before)} -> {_mib(w_after)} ({w_after / max(w_before, 1):.3f}x)"]
-        lines += [f"  {note}" for note in self.notes]
-        if self.census is not None:
-            lines.append(f"  output graph: {self.census.text()}")
-        if self.excluded:
-            lines.append(f"  left uncompressed to meet the tolerance: {', '.join(self.excluded)}")
-        if self.validated:
-            runs = f"; {self.validation_runs} input sets per size" if self.validation_runs > 1 else ""
-            lines.append(f"  outputs vs the uncompressed model ({self.criterion.describe()}{runs}):")
-            for o in self.outputs:
-                verdict = "" if o.ok else f"  OUT OF TOLERANCE ({', '.join(o.failed) or o.verdict})"
-                lines.append(f"    {o.name}: {o.describe()}{verdict}")
-        else:
-            lines.append("  not validated")
+    def report_blocks(self) -> Report:
+        """Sizes (and latency) before/after, the strategy's notes, what the output graph holds, each output against
+        the uncompressed model: report blocks, as every command's (:mod:`gsrewrite.reporting`)."""
+        rows = [_ratio_row("file", *self.file_bytes, size_text), _ratio_row("weights", *self.weight_bytes, size_text)]
         if self.latency_ms is not None:
-            a, b = self.latency_ms
-            lines.append(f"  latency (onnxruntime, min of interleaved runs): {a:.2f} ms -> {b:.2f} ms "
-                         f"({b / a:.3f}x)")
-        return "\n".join(lines)
+            rows.append(_ratio_row("latency (onnxruntime, min of interleaved runs)", *self.latency_ms,
+                                   lambda ms: f"{ms:.2f} ms"))
+        report = Report([Table(f"Compression: {self.strategy}", ("", "before", "after", "ratio"), rows)])
+        report.blocks += [f"{self.strategy}: {note}" for note in self.notes]
+        if self.census is not None:
+            report.blocks.append(f"Output graph: {self.census.text()}")
+        if self.excluded:
+            report.blocks.append(f"Left uncompressed to meet the tolerance: {', '.join(self.excluded)}")
+        if not self.validated:
+            report.blocks.append("Not validated")
+            return report
+        runs = f"; {self.validation_runs} input sets per size" if self.validation_runs > 1 else ""
+        report.blocks.append(Table(f"Outputs vs the uncompressed model ({self.criterion.describe()}{runs})",
+                                   ("output", "comparison", "verdict"),
+                                   [(o.name, o.describe(), "ok" if o.ok else
+                                     f"OUT OF TOLERANCE ({', '.join(o.failed) or o.verdict})") for o in self.outputs]))
+        return report
+
+    def report(self) -> str:
+        return self.report_blocks().text()
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "options": self.options, "notes": self.notes, "ok": self.ok,
@@ -150,10 +154,8 @@ class CompressResult:
                  "ratio": round(self.latency_ms[1] / self.latency_ms[0], 4)}}
 
 
-def _mib(n: int) -> str:
-    from gsrewrite.reporting import size_text
-
-    return size_text(n)
+def _ratio_row(label: str, before: float, after: float, unit: Callable[[float], str]) -> tuple[str, ...]:
+    return (label, unit(before), unit(after), f"{after / before:.3f}x" if before else "")
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:

@@ -1,30 +1,26 @@
-"""``optimize``: the one command most users run — simplify, then every fusion for the target, validated.
+"""``optimize``: the one command most users run — simplify, then every fusion for the target, validated; then, when
+asked, keep the fastest of the fusion families measured here (``tune``) and compress the result (``compress``).
 
 The result is always compared with the *original* model (not the simplified one), so that nothing a pass or a
 pattern changed goes unchecked; on a mismatch the guilty pattern is bisected and dropped, and if the rest
-still disagrees the original is returned.
+still disagrees the original is returned. A tuned model other than the full fusion is validated against the
+original too; a compressed one with the strategy's tolerance, against the original.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import onnx
 
-from gsrewrite.patterns.registry import PatternRegistry
-from gsrewrite.pipelines.apply import (
-    ModelArg,
-    OnSerialized,
-    RewriteResult,
-    _as_model,
-    reference_validator,
-    rewrite_model,
-)
-from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
-from gsrewrite.pipelines.simplify import likely_to_change, simplify_model
+from gsrewrite.info import op_histogram
+from gsrewrite.pipelines.apply import Fusions, ModelArg, RewriteResult, Source, reference_validator, rewrite
+from gsrewrite.pipelines.options import CompressOptions, RewriteOptions, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.simplify import Settings, likely_to_change, run_passes
 
 log = logging.getLogger(__name__)
 
@@ -35,59 +31,127 @@ def optimize(
     target: str = "ort",
     device: str = "cpu",
     patterns: Sequence[str] = ("all",),
-    opset: int | None = None,
     simplify: bool = True,
     validate: ValidateArg = True,
-    explain: bool = False,
-    registry: PatternRegistry | None = None,
+    tune: bool = False,
+    compress: str | CompressOptions | None = None,
+    rewrite: RewriteOptions | None = None,
 ) -> RewriteResult:
     """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target`` and
-    ``device`` (see :func:`gsrewrite.apply`; ``validate`` takes a :class:`~gsrewrite.pipelines.ValidationOptions`
-    too). ``simplify=False`` skips the cleanup passes."""
-    source_path = model if isinstance(model, (str, os.PathLike)) else None
-    return optimize_model(_as_model(model), target=target, device=device, patterns=patterns, opset=opset,
-                          simplify=simplify, validation=validation_kwargs(validate), explain=explain,
-                          registry=registry, source_path=source_path)
+    ``device`` (see :func:`gsrewrite.apply`; ``rewrite`` holds apply's other settings: pattern files, opset,
+    explain, registry). ``simplify=False`` skips the cleanup passes; ``validate`` takes a
+    :class:`~gsrewrite.pipelines.ValidationOptions` too.
+
+    ``tune``: time the result with each matched fusion family left out, and the input itself, in onnxruntime here,
+    and keep the fastest (``result.tuned`` says what was timed and why one was kept). ``compress``: a compression
+    strategy's name (or a :class:`~gsrewrite.pipelines.CompressOptions`) run last, validated against the input with
+    the strategy's tolerance (``result.compressed``; its refusals raise as :func:`gsrewrite.compress`'s do).
+    """
+    start = time.perf_counter()
+    source = Source.of(model)
+    validation = validation_kwargs(validate)
+    compression = CompressOptions.of(compress)
+    if compression is not None:
+        from gsrewrite.pipelines.compress import strategies
+
+        strategies().get(compression.strategy)  # an unknown name fails before any work
+    fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
+    result = _fused(source, fusions, simplify, validation)
+    if tune:
+        _tune(result, source.model, fusions.patterns,
+              lambda names: _fused(Source(source.model), _only(fusions, names), simplify, None), validation)
+    if compression is not None:
+        _compress(result, source.model, compression, validation)
+    result.seconds = time.perf_counter() - start
+    return result
 
 
-def optimize_model(original: onnx.ModelProto, *, validation: dict[str, Any] | None, target: str = "ort",
-                   device: str = "cpu", patterns: Sequence[str] = ("all",), opset: int | None = None,
-                   simplify: bool = True, explain: bool = False, registry: PatternRegistry | None = None,
-                   simplify_options: dict[str, Any] | None = None, source_path: str | os.PathLike | None = None,
-                   on_serialized: OnSerialized | None = None) -> RewriteResult:
-    """:func:`optimize` on a loaded model (the CLI's entry point). ``validation``: keyword arguments of
-    :func:`gsrewrite.validate`, None for none; ``simplify_options``: keyword arguments of ``simplify_model``;
-    ``source_path`` and ``on_serialized``: see :func:`gsrewrite.pipelines.apply.rewrite_model`."""
+def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[str, Any] | None) -> RewriteResult:
+    """The cleanup passes, then the fusions, validated against ``source``."""
+    original = source.model
     # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
-    reference_run = reference_validator(original, validation, source_path) if validation is not None else None
-    if reference_run is not None and simplify and likely_to_change(original):
-        reference_run.start()  # at once: overlaps all of the cleanup
+    pending = reference_validator(original, validation, source.path) if validation is not None else None
+    if pending is not None and simplify and likely_to_change(original):
+        pending.start()  # at once: overlaps all of the cleanup
     try:
-        working, passes = (_simplified(original, simplify_options or {},
-                                       reference_run.start if reference_run is not None else None)
-                           if simplify else (original, {}))
-        result = rewrite_model(working, patterns, target=target, device=device, validation=validation,
-                               explain=explain, opset=opset, registry=registry,
-                               reference=original if working is not original else None, source_path=source_path,
-                               eager_validation=working is not original,
-                               pending=reference_run if reference_run is not None and reference_run.started
-                               else None, on_serialized=on_serialized)
+        working, passes = _simplified(original, pending.start if pending is not None else None) if simplify \
+            else (original, {})
+        result = rewrite(Source(working, source.path if working is original else None), fusions, validation,
+                         reference=original if working is not original else None, pending=pending)
     except BaseException:  # the reference run must not outlive a failed call either
-        if reference_run is not None:
-            reference_run.join()
+        if pending is not None:
+            pending.join()
         raise
     if result.model is not original:  # the cleanup's changes are in the result (none when it fell back)
         result.passes = passes
     return result
 
 
-def _simplified(model: onnx.ModelProto, options: dict[str, Any],
-                on_change: Callable[[], None] | None = None) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """The simplified model (``model`` itself when no pass changed anything) and the changes per pass."""
+def _simplified(model: onnx.ModelProto, on_change: Callable[[], None] | None) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """The simplified model (``model`` itself when no pass changed anything) and the changes per pass; not
+    validated here (optimize validates its end result)."""
     from gsrewrite.validation.runner import unvalidated_inner_step
 
-    with unvalidated_inner_step():  # optimize validates (or warns) at its end
-        result = simplify_model(model, validation=None, on_change=on_change, **options)
+    with unvalidated_inner_step():
+        result = run_passes(model, Settings(), on_change=on_change)
     return (result.model, dict(result.counts)) if result.changed else (model, {})
+
+
+def _only(fusions: Fusions, names: list[str]) -> Fusions:
+    """``fusions`` with just the patterns ``names`` (no near misses recorded)."""
+    return dataclasses.replace(fusions, patterns=tuple(names), options=dataclasses.replace(fusions.options,
+                                                                                            explain=False))
+
+
+def _tune(result: RewriteResult, original: onnx.ModelProto, patterns: Sequence[str],
+          without: Callable[[list[str]], RewriteResult], validation: dict[str, Any] | None) -> None:
+    """Keep the fastest candidate (:mod:`gsrewrite.pipelines.tune`); one other than the full fusion takes over the
+    result, validated against the original."""
+    from gsrewrite.pipelines.tune import tune
+
+    built: dict[int, RewriteResult] = {}
+
+    def build(names: list[str]) -> onnx.ModelProto:
+        variant = without(names)
+        built[id(variant.model)] = variant
+        return variant.model
+
+    tuned = tune(original, result.model, dict(result.counts), patterns, build)
+    result.tuned = tuned
+    if tuned.model is result.model:
+        return
+    kept = built.get(id(tuned.model))
+    result.model, result.serialized = tuned.model, None
+    result.counts, result.records, result.passes = (dict(kept.counts), kept.records, kept.passes) if kept \
+        else ({}, [], {})
+    if validation is not None and tuned.model is not original:
+        from gsrewrite.errors import ValidationError
+        from gsrewrite.validation import validate
+
+        result.validation = validate(original, tuned.model, **validation)
+        if not result.validation.ok:
+            raise ValidationError(f"the tuned model ({tuned.kept}) disagrees with the input: "
+                                  f"{result.validation.summary()}")
+    _done(result, original)
+
+
+def _compress(result: RewriteResult, original: onnx.ModelProto, compression: CompressOptions,
+              validation: dict[str, Any] | None) -> None:
+    """The strategy on the fused model, its outputs compared with the original's."""
+    from gsrewrite.pipelines.compress import compress
+
+    given = validation or {}
+    compressed = compress(result.model, compression.strategy, reference=original, validate=validation is not None,
+                          inputs=given.get("inputs"), input_shapes=given.get("input_shapes"), bench_runs=0,
+                          **compression.options)
+    result.compressed = compressed
+    result.model, result.serialized = compressed.model, None
+    _done(result, original)
+
+
+def _done(result: RewriteResult, original: onnx.ModelProto) -> None:
+    """The result's model was replaced after the fusions: what changed is counted against the original again."""
+    result.changed = result.model is not original
+    result.after = op_histogram(result.model)

@@ -1,11 +1,21 @@
-"""``ValidationOptions``: how ``apply``, ``optimize`` and ``simplify`` compare their result with the original."""
+"""The options of ``apply``, ``optimize`` and ``simplify`` that travel together, as dataclasses.
+
+``ValidationOptions``: how a result is compared with the original; ``RewriteOptions``: the pattern rewrite's
+settings besides target, device and patterns (``apply``'s keywords of the same names, grouped for ``optimize``);
+``CompressOptions``: the compression ``optimize`` runs last.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gsrewrite.graph.input_shapes import ShapeSpec
+    from gsrewrite.patterns.registry import PatternRegistry
 
 
 @dataclass(frozen=True)
@@ -19,7 +29,7 @@ class ValidationOptions:
     """
 
     inputs: Any = None
-    input_shapes: Mapping[str, Any] | None = None
+    input_shapes: ShapeSpec | None = None
     runs: int = 1
     atol: float = 1e-4
     rtol: float = 1e-3
@@ -52,3 +62,30 @@ def validation_kwargs(validate: ValidateArg) -> dict[str, Any] | None:
     if isinstance(validate, Mapping):
         return {k: v for k, v in validate.items() if v is not None}
     raise TypeError(f"validate must be a bool or ValidationOptions, not {type(validate).__name__}")
+
+
+@dataclass(frozen=True)
+class RewriteOptions:
+    """How the pattern rewrite runs, besides target, device and patterns: ``pattern_files`` adds pattern files
+    (their patterns always selected), ``opset`` converts the model first, ``explain`` records each pattern's
+    deepest near miss, ``registry`` replaces the registered patterns."""
+
+    pattern_files: Sequence[str | os.PathLike] = ()
+    opset: int | None = None
+    explain: bool = False
+    registry: PatternRegistry | None = None
+
+
+@dataclass(frozen=True)
+class CompressOptions:
+    """A compression run after the fusions: the strategy's name and keyword arguments of
+    :func:`gsrewrite.compress` (the strategy's own options such as ``block_size``, tolerance overrides such as
+    ``min_cosine``)."""
+
+    strategy: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, compress: str | CompressOptions | None) -> CompressOptions | None:
+        """``optimize``'s ``compress`` argument: a strategy name, the options, or None."""
+        return CompressOptions(compress) if isinstance(compress, str) else compress

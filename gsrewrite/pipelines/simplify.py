@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
@@ -48,6 +48,10 @@ class SimplifyLimits:
     max_fold_bytes: int = DEFAULT_MAX_BYTES
     max_rounds: int = MAX_ROUNDS
 
+    def __post_init__(self) -> None:
+        if self.max_fold_bytes < 0 or self.max_rounds < 1:
+            raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
+
 
 def simplify(
     model: ModelArg,
@@ -70,46 +74,22 @@ def simplify(
     outputs, or whose result onnxruntime cannot load, is dropped. Exporter debug metadata on nodes, the graph
     and its inputs/outputs is dropped unless ``keep_metadata``. ``limits`` caps one folded tensor and the rounds.
     """
-    limits = limits or SimplifyLimits()
-    return simplify_model(model, validation=validation_kwargs(validate), only=only, skip=skip,
-                          input_shapes=input_shapes, downcast=downcast, keep_metadata=keep_metadata,
-                          registry=registry, max_fold_bytes=limits.max_fold_bytes, max_rounds=limits.max_rounds)
-
-
-def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, only: Sequence[str] | None = None,
-                   skip: Sequence[str] | None = None, max_fold_bytes: int = DEFAULT_MAX_BYTES,
-                   input_shapes: ShapeSpec | None = None, downcast: bool = False, max_rounds: int = MAX_ROUNDS,
-                   keep_metadata: bool = False, registry: PassRegistry | None = None,
-                   on_change: Callable[[], None] | None = None,
-                   on_serialized: Callable[[onnx.ModelProto, bytes], None] | None = None) -> SimplifyResult:
-    """:func:`simplify` with every setting (the CLI's and ``optimize``'s entry point). ``validation``: keyword
-    arguments of :func:`gsrewrite.validate`, None for no validation. ``on_change`` is called whenever the passes
-    changed something (``optimize`` starts the reference run at the first call). ``on_serialized(candidate,
-    data)`` is called with each candidate validation serialized, before onnxruntime compares it (the CLI starts
-    writing the bytes meanwhile; ``result.serialized`` says which were kept)."""
     start = time.perf_counter()
-    if max_fold_bytes < 0 or max_rounds < 1:
-        raise UsageError("max_fold_bytes must be >= 0 and max_rounds >= 1")
+    settings = Settings(only, tuple(skip or ()), input_shapes, downcast, keep_metadata, registry,
+                        limits or SimplifyLimits())
     original = _as_model(model)
-    registry = registry if registry is not None else default_pass_registry()
-    passes = _configured(registry.select(only, skip or (), ["downcast"] if downcast else []), max_fold_bytes)
-    checker = Checker.of(_reference(model, original), _validation_options(validation, input_shapes),
-                         on_serialized) if validation is not None else None
+    passes = _passes(settings)  # a bad name fails before any work
+    validation = validation_kwargs(validate)
+    checker = Checker.of(_reference(model, original), _validation_options(validation, input_shapes)) \
+        if validation is not None else None
     if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
-    run = _Run(original, input_shapes, max_rounds, keep_metadata, _on_change(on_change, checker))
     try:
-        with stage("simplifying"):
-            out, counts, rounds = run(passes)
+        result, run = _simplified(original, settings, passes, checker.start if checker is not None else None)
     except BaseException:  # the reference run must not outlive a failed call
         if checker is not None:
             checker.close()
         raise
-    changed = bool(counts) or bool(input_shapes)
-    if not changed and out.ByteSize() >= original.ByteSize():
-        out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
-    result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
-    result.skipped_folds = skipped_folds(passes)
     if checker is not None and result.changed:
         with stage("validating"):
             _validate(result, run, passes, checker)
@@ -121,6 +101,47 @@ def simplify_model(model: ModelArg, *, validation: Mapping[str, Any] | None, onl
         warn_unvalidated(original)
     result.seconds = time.perf_counter() - start
     return result
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one simplification runs: :func:`simplify`'s settings besides the model and validation."""
+
+    only: Sequence[str] | None = None
+    skip: Sequence[str] = ()
+    input_shapes: ShapeSpec | None = None
+    downcast: bool = False
+    keep_metadata: bool = False
+    registry: PassRegistry | None = None
+    limits: SimplifyLimits = field(default_factory=SimplifyLimits)
+
+
+def run_passes(model: onnx.ModelProto, settings: Settings,
+               on_change: Callable[[], None] | None = None) -> SimplifyResult:
+    """The passes on ``model``, not validated (``optimize`` validates its end result); ``on_change`` is called
+    whenever a pass changed something (``optimize`` starts its reference run at the first call)."""
+    return _simplified(model, settings, _passes(settings), on_change)[0]
+
+
+def _passes(settings: Settings) -> list[GraphPass]:
+    """The passes ``settings`` select, configured with its limits."""
+    registry = settings.registry if settings.registry is not None else default_pass_registry()
+    selected = registry.select(settings.only, settings.skip, ["downcast"] if settings.downcast else [])
+    return _configured(selected, settings.limits.max_fold_bytes)
+
+
+def _simplified(original: onnx.ModelProto, settings: Settings, passes: list[GraphPass],
+                on_change: Callable[[], None] | None) -> tuple[SimplifyResult, _Run]:
+    """``passes`` to a fixed point: the result (not validated) and the run (for bisection)."""
+    run = _Run(original, settings.input_shapes, settings.limits.max_rounds, settings.keep_metadata, on_change)
+    with stage("simplifying"):
+        out, counts, rounds = run(passes)
+    changed = bool(counts) or bool(settings.input_shapes)
+    if not changed and out.ByteSize() >= original.ByteSize():
+        out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
+    result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
+    result.skipped_folds = skipped_folds(passes)
+    return result, run
 
 
 @dataclass
@@ -170,19 +191,6 @@ _USUAL_WORK = frozenset({"Constant", "Identity", "Dropout", "BatchNormalization"
 def likely_to_change(model: onnx.ModelProto) -> bool:
     """Whether the main graph has ops the passes usually remove or fold (a guess that only decides timing)."""
     return any(node.op_type in _USUAL_WORK for node in model.graph.node)
-
-
-def _on_change(caller: Callable[[], None] | None, checker: Checker | None) -> Callable[[], None] | None:
-    """What to call when a pass changes the model: start the reference run, then the caller's hook."""
-    hooks = [hook for hook in (checker.start if checker is not None else None, caller) if hook is not None]
-    if not hooks:
-        return None
-
-    def changed() -> None:
-        for hook in hooks:
-            hook()
-
-    return changed
 
 
 def _as_model(model: ModelArg) -> onnx.ModelProto:

@@ -15,17 +15,13 @@ IR version, opsets and functions are always kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import onnx
 
 from gsrewrite.errors import UsageError
 from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes, check_names
+from gsrewrite.graph.input_shapes import InputShapes, ShapeSpec, as_input_shapes, check_names
 from gsrewrite.model_io.graph_walk import iter_graphs
-
-#: Input shapes as callers give them: parsed ``--input-shape`` values, or ``{"input_ids": (1, 128), "batch": 1}``
-ShapeSpec = InputShapes | Mapping[str, Any]
 
 
 def with_input_shapes(model: onnx.ModelProto, input_shapes: ShapeSpec | None) -> onnx.ModelProto:

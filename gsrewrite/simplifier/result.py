@@ -11,6 +11,7 @@ import onnx
 from gsrewrite.info import op_histogram
 from gsrewrite.model_io import serialized_size
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.reporting import Report, rewrite_report
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,22 @@ class SimplifyResult:
     def note_size(self, model: onnx.ModelProto, size: int) -> None:
         """Record a size already known (bytes of a file just read or written): no re-serialization to count it."""
         self._sizes[id(model)] = size
+
+    def report(self, verbose: bool = False) -> str:
+        """A readable report: changed ops, nodes, parameters and size before/after, changes per pass, what was
+        dropped or not folded, the validation verdict."""
+        return self.report_blocks(verbose=verbose).text()
+
+    def report_blocks(self, *, verbose: bool = False) -> Report:
+        """:meth:`report` as blocks (the CLI renders them); sizes from :meth:`note_size` when known."""
+        report = rewrite_report(self.before, self.after, {f"Changes per pass ({self.rounds} rounds)": self.counts},
+                                dropped=self.dropped, validation=self.validation, verbose=verbose)
+        if self.skipped_folds:
+            first, why = next(iter(self.skipped_folds.items()))
+            others = len(self.skipped_folds) - 1
+            more = f" (and {others} more; --json lists them)" if others else ""
+            report.blocks.append(f"Not folded: {first}: {why}{more}")
+        return report
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (the model itself is left out)."""

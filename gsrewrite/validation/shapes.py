@@ -15,11 +15,10 @@ Rules (see ``docs/validation.md``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from gsrewrite.errors import InputDataError
-from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes, check_names
+from gsrewrite.graph.input_shapes import ShapeSpec, as_input_shapes, check_names
 from gsrewrite.validation.signature import Dim, InputSpec
 
 #: Default size of a batch-like dynamic dim (2 rather than 1, so that batch mix-ups show).
@@ -29,9 +28,6 @@ OTHER_DEFAULT = 16
 #: Sizes tried, in turn, for the other dynamic dims while the original rejects the generated inputs.
 GROWN_DEFAULTS = (OTHER_DEFAULT, 256, 4096)
 _SEQUENCE_WORDS = ("seq", "len", "time", "step", "token")
-#: Input shapes as callers give them: parsed ``--input-shape`` values (:mod:`gsrewrite.graph.input_shapes`), or a
-#: mapping ``{"input_ids": (1, 128), "batch": 2}``
-ShapeSpec = InputShapes | Mapping[str, Any]
 
 
 def resolve_shapes(specs: Sequence[InputSpec], input_shapes: ShapeSpec | None = None,

@@ -158,14 +158,14 @@ def test_real_world_fixtures_lose_their_exporter_leftovers(tmp_path):
     import sys
     from pathlib import Path
 
-    from gsrewrite.pipelines.simplify import simplify_model
+    from gsrewrite.pipelines import ValidationOptions, simplify
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixtures"))
     from real_world import build_all
 
     for name, (model, feeds) in build_all().items():
         np.savez(tmp_path / f"{name}.npz", **feeds)
-        result = simplify_model(model, validation={"inputs": str(tmp_path / f"{name}.npz")})
+        result = simplify(model, validate=ValidationOptions(inputs=str(tmp_path / f"{name}.npz")))
         assert not result.dropped and result.validation.ok, (name, result.dropped)
         ops = op_counts(result.model)
         assert not {"Pad", "BatchNormalization", "Identity"} & set(ops), (name, ops)

@@ -1,7 +1,8 @@
-"""The report of every rewriting command (apply, optimize, simplify): one format, rendered for people or JSON.
+"""Every command's report, one format: the library's :class:`~gsrewrite.reporting.Report` blocks (tables and lines)
+rendered here, rich tables on a terminal and aligned plain text elsewhere, or the result's data as JSON.
 
-The blocks come from the library (:mod:`gsrewrite.reporting`, what ``result.report()`` prints as plain text);
-here they are rendered with rich on a terminal. ``-q`` prints only the "Wrote" line.
+The rewriting commands (apply, optimize, simplify), compress and ``optimize --tune``/``--compress`` all print their
+results through :func:`show` and :func:`emit`; ``-q`` prints only the "Wrote" line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,24 @@ from rich.console import Console
 
 from gsrewrite.cli._output import console, emit_json, table
 from gsrewrite.reporting import Report, Table, printable, size_text
+
+
+def show_result(result: Any, model: str, as_json: bool, verbosity: int, *, explain: bool = False,
+           wrote: str | None = None, size_after: int | None = None) -> None:
+    """A rewrite's report (with each pattern's near miss when ``explain``), or its JSON. ``size_after``: the bytes
+    written (default: the result serialized); ``wrote``: the output path, when one was written."""
+    from gsrewrite.model_io import serialized_size, stored_size
+
+    size_before = stored_size(model, result.original)
+    if size_after is None:
+        size_after = serialized_size(result.model)
+    if as_json:
+        emit(result.to_dict(), wrote, size_before, size_after)
+        return
+    show(result.report_blocks(verbose=verbosity > 0, size_before=size_before, size_after=size_after), wrote,
+         size_after, verbosity)
+    if explain and verbosity >= 0:
+        print_explain(console(), result)
 
 
 def show(report: Report, wrote: str | None, size: int | None, verbosity: int) -> None:
@@ -36,7 +55,7 @@ def render(out: Console, report: Report) -> None:
 
 
 def emit(data: dict[str, Any], wrote: str | None, size_before: int | None, size_after: int | None) -> None:
-    """The JSON report, with the output path and sizes."""
+    """The JSON report: the result's data, the output path and the sizes before and after (bytes)."""
     emit_json(data | {"output": wrote, "size_before": size_before, "size_after": size_after})
 
 
