@@ -252,3 +252,83 @@ def test_json_for_several_models_is_one_list(tmp_path: Path, jobs: str) -> None:
     assert done.returncode == 0, done.stderr
     reports = json.loads(done.stdout)
     assert [r["output"] for r in reports] == ["out/a.onnx", "out/b.onnx"]
+
+
+# --- options declared once -----------------------------------------------------------------------------------
+#: option names declared in more than one place, and why: each place means something else by it
+_SAME_NAME_OTHER_MEANING = {
+    "--input-shape": "two grammars today: validation's NAME:1x128|DIM=2, the shape engine's NAME:D1,D2|SYMBOL=N",
+    "--inputs": "extract: the tensors that become the sub-model's inputs, not input data",
+    "--target": "compress: the strategy's op set (MatMulNBits or DequantizeLinear), default: the strategy's",
+    "--runs": "bench: timed runs; validation: random input sets",
+    "-o": "the rewriting commands' output (io_options) vs the analysis commands' extra output files",
+    "--output": "as -o",
+    "--force": "as -o: what each command's own output file is",
+    "--check": "shapes: against onnxruntime on request; compute-graph: on by default (--check/--no-check)",
+    "--top": "profile: nodes by MACs; memory: the largest buffers",
+    "-v": "the group's log level vs the rewriting commands' -v after the subcommand (the same count)",
+    "--verbose": "as -v",
+    "-q": "as -v",
+    "--quiet": "as -v",
+}
+
+
+def _declared_options() -> dict[str, list[str]]:
+    """Every option name declared in gsrewrite/cli (click.option calls and the criterion table) -> where."""
+    import ast
+
+    found: dict[str, list[str]] = {}
+    for path in sorted((Path(__file__).resolve().parent.parent / "gsrewrite" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "option":
+                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                for name in names:
+                    for flag in name.split("/"):
+                        if flag.startswith("-"):
+                            found.setdefault(flag, []).append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_every_shared_option_is_declared_once():
+    """--target, --device, --validate, --json, --inputs ... : one declaration each (gsrewrite/cli/_options.py),
+    applied by every command that takes it; a name declared twice must mean two different things."""
+    twice = {flag: where for flag, where in _declared_options().items() if len(where) > 1}
+    unexplained = {flag: where for flag, where in twice.items() if flag not in _SAME_NAME_OTHER_MEANING}
+    assert not unexplained, unexplained
+    assert len(twice["--input-shape"]) == 2
+
+
+# --- one report format -------------------------------------------------------------------------------------------
+def _matmul_model(path: Path) -> Path:
+    import numpy as np
+    from onnx import numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 128])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_compress_and_tune_report_like_every_rewriting_command(tmp_path: Path) -> None:
+    """compress's and optimize --tune's reports are tables and lines like optimize's (aligned plain text in a
+    pipe), their JSON the result's data with output, size_before and size_after."""
+    _matmul_model(tmp_path / "m.onnx")
+    shown = _run("compress", "m.onnx", "q.onnx", "-s", "int8", "--bench-runs", "0", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "Compression: int8" and lines[1].split() == ["before", "after", "ratio"]
+    assert any(line.split()[:1] == ["file"] and line.endswith("x") for line in lines)
+    assert any(line.startswith("Outputs vs the uncompressed model") for line in lines)
+    assert lines[-1] == f"Wrote q.onnx ({(tmp_path / 'q.onnx').stat().st_size / 1024:.1f} KiB)"
+    data = json.loads(_run("compress", "m.onnx", "q2.onnx", "-s", "int8", "--bench-runs", "0", "--json",
+                           cwd=tmp_path).stdout)
+    assert data["output"] == "q2.onnx" and data["size_after"] == (tmp_path / "q2.onnx").stat().st_size
+    assert data["size_before"] > data["size_after"] and data["strategy"] == "int8"
+    tuned = _run("optimize", "m.onnx", "t.onnx", "--tune", cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr
+    text = tuned.stdout.splitlines()
+    title = text.index("Tune: onnxruntime latency per candidate (min of interleaved runs)")
+    assert text[title + 1].split() == ["candidate", "ms", "vs", "all", "fusions"]
+    assert any(line.startswith("Tune: kept ") for line in text) and text[0] == "Before / after (changed ops)"

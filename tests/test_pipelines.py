@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 import gsrewrite
 from gsrewrite.cli import main
-from gsrewrite.errors import CannotValidateError
+from gsrewrite.errors import CannotValidateError, UsageError
 from gsrewrite.pipelines import SimplifyLimits, ValidationOptions
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.simplifier import default_pass_registry
@@ -158,6 +158,46 @@ def test_validation_options_and_limits_reach_the_run():
     assert result.rounds == 1
     with pytest.raises(TypeError):
         gsrewrite.apply(model, ["all"], validate="yes")  # type: ignore[arg-type]
+
+
+# --- optimize owns the whole request: tune and compress in the library ----------------------------------------
+def _gelu_mlp() -> onnx.ModelProto:
+    """x @ W, then GELU written out (erf form): optimize fuses it (gelu-erf)."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 64)).astype(np.float32)
+    return model_from_text("""
+        g (float[n, 64] x) => (float[n, 64] y) {
+          m = MatMul (x, w)  d = Div (m, sqrt2)  e = Erf (d)  a = Add (e, one)  p = Mul (m, a)  y = Mul (p, half)
+        }""", initializers={"w": weight, "sqrt2": np.array(1.4142135, np.float32),
+                            "one": np.array(1.0, np.float32), "half": np.array(0.5, np.float32)})
+
+
+def test_optimize_tunes_in_the_library():
+    """tune=True times all fusions, each matched family left out, and the input; the kept candidate is the
+    result's model, counted and validated as the result."""
+    result = gsrewrite.optimize(_gelu_mlp(), tune=True)
+    tuned = result.tuned
+    assert set(tuned.timings) == {"all fusions", "without gelu", "the input (no fusion)"}
+    assert result.model is tuned.model and result.validation.ok
+    assert bool(result.counts) == (tuned.kept == "all fusions")
+    assert result.changed == (tuned.kept != "the input (no fusion)")
+    assert "tune" in result.to_dict() and f"Tune: kept {tuned.kept}" in result.report()
+
+
+def test_optimize_compresses_in_the_library():
+    """compress= runs the strategy on the fused model, validated against the input; the result's model, report
+    and data are the compressed model's."""
+    original = _gelu_mlp()
+    result = gsrewrite.optimize(original, compress=gsrewrite.CompressOptions("int8", {"block_size": 32}))
+    compressed = result.compressed
+    assert compressed.ok and compressed.validated and result.model is compressed.model and result.serialized is None
+    assert op_counts(result.model) == {"com.microsoft.MatMulNBits": 1, "com.microsoft.Gelu": 1}
+    assert result.counts == {"gelu-erf": 1}
+    assert result.to_dict()["compress"]["strategy"] == "int8"
+    text = result.report()
+    assert "Compression: int8" in text and "Outputs vs the uncompressed model" in text
+    with pytest.raises(UsageError, match="no-such"):  # before any work
+        gsrewrite.optimize(original, compress="no-such")
 
 
 # --- layers (the full contract is import-linter's, in pyproject.toml; this is the part a unit run sees) ----
