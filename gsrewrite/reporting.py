@@ -116,10 +116,10 @@ def size_text(n: float) -> str:
 
 def rewrite_report(before: Stats, after: Stats, changes: Mapping[str, Mapping[str, int]], *,
                    dropped: Mapping[str, str] = {}, skipped: Mapping[str, str] = {},
-                   validation: Any = None, verbose: bool = False) -> Report:
+                   verdict: str | None = None, verbose: bool = False) -> Report:
     """The report of a rewrite: changed ops, nodes, parameters and size before/after; changes per pattern or
     pass (``changes``: table title -> name -> count); dropped steps; skipped ones (one line unless
-    ``verbose``); the validation verdict."""
+    ``verbose``); the validation verdict (its summary, ``None`` when not validated)."""
     report = Report([Table("Before / after (changed ops)", ("", "before", "after", "change"),
                            _rows(before, after))])
     for title, counts in changes.items():
@@ -129,8 +129,8 @@ def rewrite_report(before: Stats, after: Stats, changes: Mapping[str, Mapping[st
         report.blocks.append("Nothing changed: the model is as it was.")
     report.blocks += [f"Dropped {name}: its rewrites fail validation ({why})" for name, why in dropped.items()]
     report.blocks += skipped_lines(skipped, verbose)
-    if validation is not None:
-        report.blocks.append(f"Validation: {validation.summary()}")
+    if verdict is not None:
+        report.blocks.append(f"Validation: {verdict}")
     return report
 
 

@@ -80,8 +80,9 @@ class RewriteResult:
         before = ModelStats.of(self.original if self.original is not None else self.model, size_before)
         after = ModelStats.of(self.model, size_after)
         changes = {"Changes per cleanup pass": self.passes, "Rewrites per pattern": self.counts}
-        report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped,
-                                validation=self.validation, verbose=verbose)
+        verdict = self.validation.summary() if self.validation is not None else None
+        report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped, verdict=verdict,
+                                verbose=verbose)
         for step in (self.tuned, self.compressed):
             if step is not None:
                 report.blocks += step.report_blocks().blocks

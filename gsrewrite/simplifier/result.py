@@ -91,7 +91,8 @@ class SimplifyResult:
     def report_blocks(self, *, verbose: bool = False) -> Report:
         """:meth:`report` as blocks (the CLI renders them); sizes from :meth:`note_size` when known."""
         report = rewrite_report(self.before, self.after, {f"Changes per pass ({self.rounds} rounds)": self.counts},
-                                dropped=self.dropped, validation=self.validation, verbose=verbose)
+                                dropped=self.dropped, verbose=verbose,
+                                verdict=self.validation.summary() if self.validation is not None else None)
         if self.skipped_folds:
             first, why = next(iter(self.skipped_folds.items()))
             others = len(self.skipped_folds) - 1
