@@ -13,7 +13,7 @@ and ``gsrewrite_patterns`` linked to ``SNAP/patterns``), which keeps other engin
 of a run. Every run goes through this file's ``run`` mode (same interpreter start-up for ON and OFF)::
 
     PYTHONPATH=... python benchmarks/plumbing.py measure --rounds 5   # appends to benchmarks/_work/plumbing.json
-    python benchmarks/plumbing.py report        # writes benchmarks/results/staged_save.md from the JSON
+    python benchmarks/plumbing.py report        # the markdown tables of benchmarks/results/staged_save.md
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 BASE = HERE / "_work" / "base"
 RAW = HERE / "_work" / "plumbing.json"
-RESULT = HERE / "results" / "staged_save.md"
 PIECES = ("staged_save",)
 CONFIGS = ("on", *PIECES)
 COMMANDS = ("optimize", "simplify")
@@ -94,7 +93,7 @@ def report(quiet_from: int = 0) -> str:
     """The markdown tables: per piece, ON and OFF wall time per command and model. Min over every run; median
     over the runs from ``quiet_from`` on."""
     raw = json.loads(RAW.read_text())
-    lines = ["# Speed plumbing: ON vs OFF on base-width exports", "",
+    lines = ["# The staged save: ON vs OFF on base-width exports (issue 26)", "",
              "Wall time (s) of `gsrewrite COMMAND MODEL -o OUT` as a subprocess (`benchmarks/plumbing.py`; the "
              "exports of `benchmarks/make_base_width.py`: hidden 768, 12 heads, 6 layers, seq 128, 255-312 MB). "
              "ON = as shipped, OFF = that one piece disabled; the configurations interleaved per round "
@@ -134,8 +133,7 @@ def main() -> None:
     if args.mode == "measure":
         measure(args.models, args.commands, args.rounds)
     else:
-        RESULT.write_text(report() + "\n")
-        print(RESULT.read_text())
+        print(report())
 
 
 if __name__ == "__main__":

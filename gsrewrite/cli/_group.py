@@ -25,6 +25,7 @@ from gsrewrite.reporting import printable
 
 log = logging.getLogger("gsrewrite")
 
+
 class GsrewriteGroup(click.Group):
     """A group whose commands come from the plugins (the built-in ones first) and that turns library errors into
     one line + exit 2."""

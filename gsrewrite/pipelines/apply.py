@@ -89,7 +89,7 @@ class RewriteResult:
         return report
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "changed": self.changed,
             "counts": dict(self.counts),
             "matches": [r.to_dict() for r in self.records],
@@ -104,8 +104,11 @@ class RewriteResult:
             "patterns": list(self.patterns),
             "passes": dict(self.passes),
             "seconds": round(self.seconds, 4),
-        } | ({"tune": self.tuned.to_dict()} if self.tuned is not None else {}) \
-          | ({"compress": self.compressed.to_dict()} if self.compressed is not None else {})
+        }
+        for key, step in (("tune", self.tuned), ("compress", self.compressed)):
+            if step is not None:
+                data[key] = step.to_dict()
+        return data
 
 
 def apply(

@@ -48,13 +48,13 @@ def optimize(
     the strategy's tolerance (``result.compressed``; its refusals raise as :func:`gsrewrite.compress`'s do).
     """
     start = time.perf_counter()
-    source = Source.of(model)
     validation = validation_kwargs(validate)
     compression = CompressOptions.of(compress)
     if compression is not None:
         from gsrewrite.pipelines.compress import strategies
 
         strategies().get(compression.strategy)  # an unknown name fails before any work
+    source = Source.of(model)
     fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
     result = _fused(source, fusions, simplify, validation)
     if tune:
