@@ -31,14 +31,13 @@ from gsrewrite.info import op_histogram
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
-from gsrewrite.pipelines.options import RewriteOptions, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
 from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
-ModelArg = onnx.ModelProto | str | os.PathLike
 
 
 @dataclass
@@ -138,23 +137,6 @@ def apply(
 
 
 @dataclass(frozen=True)
-class Source:
-    """A model to rewrite and the file it was read from, unchanged (onnxruntime reads that file instead of a
-    re-serialized copy), if any."""
-
-    model: onnx.ModelProto
-    path: str | os.PathLike | None = None
-
-    @classmethod
-    def of(cls, model: ModelArg) -> Source:
-        if isinstance(model, onnx.ModelProto):
-            return cls(model)
-        from gsrewrite.model_io import load_model
-
-        return cls(load_model(model), model)
-
-
-@dataclass(frozen=True)
 class Fusions:
     """Which patterns rewrite, for what: the names (``all``, families, patterns), target, device, and the rest."""
 
@@ -179,7 +161,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     selected, elsewhere = _for_device(selected, fusions.device)
     validate = validation is not None
     if pending is None and validate:
-        pending = reference_validator(reference or original, validation, source.path).start()
+        pending = reference_validator(source if reference is None else Source(reference), validation).start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):
         out, run = _rewrite(working, selected, fusions.target, options.explain, registry)
@@ -265,15 +247,12 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
     return result
 
 
-def reference_validator(reference: onnx.ModelProto, options: dict[str, Any] | None,
-                        source_path: str | os.PathLike | None = None) -> Any:
+def reference_validator(reference: Source, options: dict[str, Any] | None) -> Any:
     """The reference's validator, not started yet (a LazyValidator: ``start()`` runs it on a worker thread,
-    once, however many candidates bisection compares with it); onnxruntime reads ``source_path`` when given."""
+    once, however many candidates bisection compares with it)."""
     from gsrewrite.validation.background import LazyValidator
-    from gsrewrite.validation.runner import ModelSource
 
-    original = ModelSource("original", reference, Path(source_path)) if source_path is not None else reference
-    return LazyValidator(original, **(options or {}))
+    return LazyValidator(reference.reference(), **(options or {}))
 
 
 def _validate(result: RewriteResult, reference: onnx.ModelProto, working: onnx.ModelProto,

@@ -18,8 +18,15 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
-from gsrewrite.pipelines.apply import Fusions, ModelArg, RewriteResult, Source, reference_validator, rewrite
-from gsrewrite.pipelines.options import CompressOptions, RewriteOptions, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
+from gsrewrite.pipelines.options import (
+    CompressOptions,
+    ModelArg,
+    RewriteOptions,
+    Source,
+    ValidateArg,
+    validation_kwargs,
+)
 from gsrewrite.pipelines.simplify import Settings, likely_to_change, run_passes
 
 log = logging.getLogger(__name__)
@@ -72,14 +79,14 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
-    pending = reference_validator(original, validation, source.path) if validation is not None else None
+    pending = reference_validator(source, validation) if validation is not None else None
     if pending is not None and simplify and likely_to_change(original):
         pending.start()  # at once: overlaps all of the cleanup
     try:
         working, passes = _simplified(original, pending.start if pending is not None else None) if simplify \
             else (original, {})
-        result = rewrite(Source(working, source.path if working is original else None), fusions, validation,
-                         reference=original if working is not original else None, pending=pending)
+        result = rewrite(Source(working), fusions, validation, reference=original if working is not original else None,
+                         pending=pending)
     except BaseException:  # the reference run must not outlive a failed call either
         if pending is not None:
             pending.join()

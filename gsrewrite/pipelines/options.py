@@ -1,4 +1,5 @@
-"""The options of ``apply``, ``optimize`` and ``simplify`` that travel together, as dataclasses.
+"""What ``apply``, ``optimize`` and ``simplify`` take: the model (``ModelArg``, read into a :class:`Source`) and the
+settings that travel together, as dataclasses.
 
 ``ValidationOptions``: how a result is compared with the original; ``RewriteOptions``: the pattern rewrite's
 settings besides target, device and patterns (``apply``'s keywords of the same names, grouped for ``optimize``);
@@ -11,11 +12,43 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import onnx
 
 if TYPE_CHECKING:
     from gsrewrite.graph.input_shapes import ShapeSpec
     from gsrewrite.patterns.registry import PatternRegistry
+
+
+#: A model argument: a ModelProto, or the path of a model file (read with :func:`gsrewrite.load_model`).
+ModelArg = onnx.ModelProto | str | os.PathLike
+
+
+@dataclass(frozen=True)
+class Source:
+    """A model and the file it was read from, unchanged, if any."""
+
+    model: onnx.ModelProto
+    path: str | os.PathLike | None = None
+
+    @classmethod
+    def of(cls, model: ModelArg) -> Source:
+        if isinstance(model, onnx.ModelProto):
+            return cls(model)
+        from gsrewrite.model_io import load_model
+
+        return cls(load_model(model), model)
+
+    def reference(self) -> Any:
+        """What validation compares with: the file itself when there is one (onnxruntime reads it: no
+        re-serialized copy), else the model."""
+        if self.path is None:
+            return self.model
+        from gsrewrite.validation.runner import ModelSource
+
+        return ModelSource("original", self.model, Path(self.path))
 
 
 @dataclass(frozen=True)

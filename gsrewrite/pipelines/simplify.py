@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
-from gsrewrite.pipelines.options import ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
 from gsrewrite.protocols import GraphPass
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
@@ -35,7 +34,6 @@ from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
-ModelArg = onnx.ModelProto | str | os.PathLike
 #: What one build of the passes reports besides the model: (changes per pass, rounds run)
 Changes = tuple[dict[str, int], int]
 
@@ -77,10 +75,11 @@ def simplify(
     start = time.perf_counter()
     settings = Settings(only, tuple(skip or ()), input_shapes, downcast, keep_metadata, registry,
                         limits or SimplifyLimits())
-    original = _as_model(model)
     passes = _passes(settings)  # a bad name fails before any work
+    source = Source.of(model)
+    original = source.model
     validation = validation_kwargs(validate)
-    checker = Checker.of(_reference(model, original), _validation_options(validation, input_shapes)) \
+    checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
         if validation is not None else None
     if checker is not None and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
@@ -191,26 +190,6 @@ _USUAL_WORK = frozenset({"Constant", "Identity", "Dropout", "BatchNormalization"
 def likely_to_change(model: onnx.ModelProto) -> bool:
     """Whether the main graph has ops the passes usually remove or fold (a guess that only decides timing)."""
     return any(node.op_type in _USUAL_WORK for node in model.graph.node)
-
-
-def _as_model(model: ModelArg) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return model
-    from gsrewrite.model_io import load_model
-
-    return load_model(model)
-
-
-def _reference(model: ModelArg, original: onnx.ModelProto) -> Any:
-    """What validation compares with: for a model read from a file, that file (onnxruntime reads it itself:
-    no re-serialized copy)."""
-    if isinstance(model, (str, os.PathLike)):
-        from pathlib import Path
-
-        from gsrewrite.validation.runner import ModelSource
-
-        return ModelSource("original", original, Path(model))
-    return original
 
 
 def _configured(passes: list[GraphPass], max_fold_bytes: int) -> list[GraphPass]:
