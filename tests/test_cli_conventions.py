@@ -257,7 +257,6 @@ def test_json_for_several_models_is_one_list(tmp_path: Path, jobs: str) -> None:
 # --- options declared once -----------------------------------------------------------------------------------
 #: option names declared in more than one place, and why: each place means something else by it
 _SAME_NAME_OTHER_MEANING = {
-    "--input-shape": "two grammars today: validation's NAME:1x128|DIM=2, the shape engine's NAME:D1,D2|SYMBOL=N",
     "--inputs": "extract: the tensors that become the sub-model's inputs, not input data",
     "--target": "compress: the strategy's op set (MatMulNBits or DequantizeLinear), default: the strategy's",
     "--runs": "bench: timed runs; validation: random input sets",
@@ -295,7 +294,7 @@ def test_every_shared_option_is_declared_once():
     twice = {flag: where for flag, where in _declared_options().items() if len(where) > 1}
     unexplained = {flag: where for flag, where in twice.items() if flag not in _SAME_NAME_OTHER_MEANING}
     assert not unexplained, unexplained
-    assert len(twice["--input-shape"]) == 2
+    assert len(_declared_options()["--input-shape"]) == 1, "one --input-shape grammar, one declaration"
 
 
 # --- one report format -------------------------------------------------------------------------------------------
