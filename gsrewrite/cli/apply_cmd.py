@@ -40,7 +40,7 @@ def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_fil
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
             result = _run(job.model, patterns, settings)
-            size = output.save(result.model, result.serialized)
+            size = output.save(result.model, result.serialized, result.weights_dir)
         show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size)
 
     run_jobs(jobs_, workers, one, as_json)
@@ -60,7 +60,8 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 
 def _run(model: str, patterns: tuple[str, ...], settings: dict[str, Any]) -> Any:
     from gsrewrite.pipelines import apply
+    from gsrewrite.pipelines.options import Source
 
     names = list(patterns) or ([] if settings["pattern_files"] else ["all"])
     with working(f"rewriting {model}..."):
-        return apply(model, names, **settings)
+        return apply(Source.mapped(model), names, **settings)

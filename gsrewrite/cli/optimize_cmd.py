@@ -48,6 +48,7 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     """
     from gsrewrite.pipelines import RewriteOptions
     from gsrewrite.pipelines import optimize as run
+    from gsrewrite.pipelines.options import Source
 
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
@@ -56,8 +57,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
             with working(f"optimizing {job.model}..."):
-                result = run(job.model, **settings)
-            size = output.save(result.model, result.serialized)
+                result = run(Source.mapped(job.model), **settings)
+            size = output.save(result.model, result.serialized, result.weights_dir)
         show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size)
 
     run_jobs(jobs_, workers, one, as_json)

@@ -56,13 +56,14 @@ def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, 
                   in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
     from gsrewrite.model_io import stored_size
     from gsrewrite.pipelines import simplify
+    from gsrewrite.pipelines.options import Source
 
     _extraction_paths(*extract, job.output)  # before any work: never two outputs on one file
     with staged_save(job, io, in_place) as output:  # written while validation runs, put in place if it passed
         with working(f"simplifying {job.model}..."):
-            result = simplify(job.model, **settings)
+            result = simplify(Source.mapped(job.model), **settings)
         extracted = _extractions(result.model, *extract, job.output, job.model)
-        size = output.save(result.model, result.serialized)
+        size = output.save(result.model, result.serialized, result.weights_dir)
     # the sizes in the report come from the files, not re-serialization
     result.note_size(result.original, stored_size(job.model, result.original))
     result.note_size(result.model, size)

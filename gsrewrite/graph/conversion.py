@@ -18,9 +18,8 @@ from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx_graphsurgeon.ir.tensor import LazyValues
 
-from gsrewrite.graph.core import copy_fields, import_onnx
+from gsrewrite.graph.core import copy_fields, import_onnx, lazy_values
 from gsrewrite.graph.inference import infer_shapes
 
 log = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ def import_graph(model: onnx.ModelProto, on_change: Callable[[], None] | None = 
     if big:
         hidden = [t for t in graph.inputs if t.name in big and isinstance(t, gs.Variable)]
         for tensor in hidden:
-            tensor.to_constant(LazyValues(big[tensor.name]))
+            tensor.to_constant(lazy_values(big[tensor.name]))
         hidden_ids = {id(t) for t in hidden}
         graph.inputs = [t for t in graph.inputs if id(t) not in hidden_ids]
     return graph, converted

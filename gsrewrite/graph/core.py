@@ -21,6 +21,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_impor
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.model_io.graph_walk import CONTROL_FLOW
+from gsrewrite.model_io.weights import is_reference, tensor_values, weights_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,38 @@ def import_onnx(model: onnx.ModelProto) -> gs.Graph:
             attr.s = value
     for index, attr, value in binary:
         graph.nodes[index].attrs[attr.name] = value
+    folder = weights_dir()
+    if folder is not None:
+        for sub in (graph, *graph.subgraphs(recursive=True)):
+            for tensor in sub.tensors().values():
+                if isinstance(tensor, gs.Constant) and type(tensor._values) is LazyValues \
+                        and is_reference(tensor._values.tensor):
+                    tensor._values = FileValues(tensor._values.tensor, folder)
+                    # exported as its reference while untouched; once a pass replaces the values by an array,
+                    # inline (onnx-graphsurgeon would otherwise mark the new payload external)
+                    tensor.data_location = None
     return graph
+
+
+class FileValues(LazyValues):
+    """The lazy values of a constant whose payload stays in a file (a model loaded weightless, or its external
+    data): read from ``folder`` (bound by :func:`gsrewrite.model_io.weights.weights_from` when the graph was
+    imported) on demand; exported as the reference it is."""
+
+    def __init__(self, tensor: onnx.TensorProto, folder: str) -> None:
+        super().__init__(tensor)
+        self.folder = folder
+
+    def load(self) -> np.ndarray:
+        return tensor_values(self.tensor, self.folder)
+
+
+def lazy_values(tensor: onnx.TensorProto) -> LazyValues:
+    """Lazy values of ``tensor``: read from its file when it is a reference (and a model folder is bound)."""
+    folder = weights_dir()
+    if folder is not None and is_reference(tensor):
+        return FileValues(tensor, folder)
+    return LazyValues(tensor)
 
 
 def _is_utf8(value: bytes) -> bool:
@@ -307,6 +339,8 @@ def cleanup(graph: gs.Graph) -> gs.Graph:
 
 #: Largest dense array constant_values makes of a sparse constant (onnx-graphsurgeon densifies to float64).
 MAX_DENSE_BYTES = 1 << 30
+#: Largest weight kept in memory once read from its file (a larger one is read again on each use).
+MAX_KEPT_FILE_BYTES = 16 << 20
 #: Arrays of file-backed constants read through constant_values (they live as long as the graph's constants).
 _LOADED: weakref.WeakKeyDictionary[LazyValues, np.ndarray] = weakref.WeakKeyDictionary()
 
@@ -325,6 +359,8 @@ def constant_values(tensor: gs.Constant) -> np.ndarray:
 
         raise ModelTooLargeError(f"sparse constant '{tensor.name}' of shape {list(stored.shape)} would take "
                                  f"{math.prod(stored.shape) * 8:,} bytes once made dense")
+    if isinstance(stored, FileValues) and stored.nbytes > MAX_KEPT_FILE_BYTES:
+        return np.asarray(stored.load())  # read again when needed: never a second copy of the large weights
     if isinstance(stored, LazyValues):
         value = _LOADED.get(stored)
         if value is None:

@@ -34,6 +34,8 @@ from gsrewrite.model_io.external_data import data_files
 from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.ir_version import clamp_ir_version
 from gsrewrite.model_io.tensors import declared_nbytes, is_external
+from gsrewrite.model_io.weights import has_references
+from gsrewrite.model_io.weights import weights_dir as bound_weights_dir
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def save_model(
     size_threshold: int = 1024,
     location: str | None = None,
     serialized: bytes | None = None,
+    weights_dir: str | None = None,
 ) -> int:
     """Write ``model`` to ``path`` atomically; the caller's model object is not modified. Returns the number of
     bytes written (the model file plus its external data file, if any).
@@ -80,8 +83,16 @@ def save_model(
     ``serialized``: ``model`` already serialized, byte for byte (``SimplifyResult.serialized`` /
     ``RewriteResult.serialized``: the bytes validation ran); written as they are when neither external data
     nor an IR-version change asks for a new serialization. The caller vouches that they are ``model``'s.
+
+    ``weights_dir``: the folder ``model``'s weight references are relative to (a model read weightless, see
+    :mod:`gsrewrite.model_io.weights`; default: the folder bound for the request): each payload is copied from
+    its file to the output in chunks, never held in memory whole.
     """
     target = check_output_path(path, input_path=input_path, in_place=in_place)
+    folder = weights_dir if weights_dir is not None else bound_weights_dir()
+    if folder is not None and has_references(model):
+        return _save_streamed(model, target, folder, external_data, location, size_threshold,
+                              input_path=input_path, in_place=in_place)
     if serialized is not None and writes_as_is(model, serialized, external_data):
         try:  # onnxruntime ran these bytes: every tensor is inline and the size is within the limit
             with atomic_files() as create:
@@ -115,17 +126,47 @@ def save_model(
     return written + len(payload)
 
 
+def _save_streamed(model: ModelProto, target: str, folder: str, external_data: bool | None, location: str | None,
+                   size_threshold: int, *, input_path: str | os.PathLike[str] | None, in_place: bool) -> int:
+    """:func:`save_model` of a model whose weights are references into files under ``folder``."""
+    from gsrewrite.model_io.streamed import write_external, write_inline
+
+    total = model.ByteSize() + sum(declared_nbytes(t) for t in model.graph.initializer if is_external(t))
+    external = needs_external_data(total, external_data)
+    data_path = check_data_path(target, location, input_path=input_path, in_place=in_place) if external else None
+    out = model
+    ir_version = clamp_ir_version(model.ir_version) if model.ir_version else model.ir_version
+    if ir_version != model.ir_version:  # a copy of the graph and its references: no payload
+        out = ModelProto()
+        out.CopyFrom(model)
+        out.ir_version = ir_version
+    try:
+        with atomic_files() as create:
+            model_file = create(target)
+            if data_path is not None:
+                written = write_external(out, model_file, create(data_path), os.path.basename(data_path), folder,
+                                         size_threshold)
+                written += model_file.tell()
+            else:
+                written = write_inline(out, model_file, folder)
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"cannot write '{target}': {getattr(exc, 'strerror', None) or exc}") from exc
+    log.debug("saved %s (IR %d, weights copied from %s, external data: %s)", target, out.ir_version, folder,
+              data_path)
+    return written
+
+
 def writes_as_is(model: ModelProto, serialized: bytes, external_data: bool | None = None) -> bool:
     """Whether :func:`save_model` writes ``model``'s ``serialized`` bytes as they are: no external data asked
     for, within the protobuf limit, and an IR version the installed onnxruntime reads."""
     return not external_data and len(serialized) <= PROTOBUF_LIMIT \
-        and clamp_ir_version(model.ir_version) == model.ir_version
+        and clamp_ir_version(model.ir_version) == model.ir_version and not has_references(model)
 
 
 def serialized_size(model: ModelProto) -> int:
     """The model's protobuf size; above the limit (protobuf cannot even count it) an estimate from tensors."""
     try:
-        return model.ByteSize()
+        return model.ByteSize() + sum(declared_nbytes(t) for t in tensor_protos(model) if is_external(t))
     except (EncodeError, ValueError):
         tensor_bytes = sum(declared_nbytes(t) for t in tensor_protos(model))
         return max(tensor_bytes, PROTOBUF_LIMIT + 1)

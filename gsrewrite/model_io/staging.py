@@ -73,11 +73,12 @@ class StagedSave:
         except OSError as exc:  # raised by save() in the caller's thread
             self._error = exc
 
-    def save(self, model: onnx.ModelProto, serialized: bytes | None = None) -> int:
-        """Save ``model`` (``serialized``: its bytes, when validation serialized it); the bytes written."""
+    def save(self, model: onnx.ModelProto, serialized: bytes | None = None, weights_dir: str | None = None) -> int:
+        """Save ``model`` (``serialized``: its bytes, when validation serialized it; ``weights_dir``: the folder its
+        weight references are relative to, see :func:`~gsrewrite.model_io.save_model`); the bytes written."""
         if self._pending is None or self._data is None or serialized is not self._data:
             self._discard()
-            return save_model(model, self._path, serialized=serialized, **self._options)
+            return save_model(model, self._path, serialized=serialized, weights_dir=weights_dir, **self._options)
         assert self._writer is not None
         self._writer.wait()
         try:

@@ -28,6 +28,7 @@ from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
+from gsrewrite.model_io.weights import weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
@@ -57,6 +58,8 @@ class RewriteResult:
     after: dict[str, int] = field(default_factory=dict)
     patterns: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the folder ``model``'s weight references are relative to (a model read weightless: Source.mapped), if any
+    weights_dir: str | None = None
     #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
     serialized: bytes | None = field(default=None, repr=False)
     #: changes per cleanup pass made before the patterns (``optimize``)
@@ -133,7 +136,11 @@ def apply(
     the result is the original itself. A model given by path is compared with that file as it is.
     """
     fusions = Fusions(tuple(patterns), target, device, RewriteOptions(tuple(pattern_files), opset, explain, registry))
-    return rewrite(Source.of(model), fusions, validation_kwargs(validate))
+    source = Source.of(model)
+    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+        result = rewrite(source, fusions, validation_kwargs(validate))
+    result.weights_dir = source.weights_dir
+    return result
 
 
 @dataclass(frozen=True)
@@ -161,7 +168,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     selected, elsewhere = _for_device(selected, fusions.device)
     validate = validation is not None
     if pending is None and validate:
-        pending = reference_validator(source if reference is None else Source(reference), validation).start()
+        pending = reference_validator(source if reference is None else source.derived(reference), validation).start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):
         out, run = _rewrite(working, selected, fusions.target, options.explain, registry)

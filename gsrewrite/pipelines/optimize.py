@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
+from gsrewrite.model_io.weights import materialized, weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
 from gsrewrite.pipelines.options import (
     CompressOptions,
@@ -62,14 +63,23 @@ def optimize(
 
         strategies().get(compression.strategy)  # an unknown name fails before any work
     source = Source.of(model)
+    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+        result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
+    result.seconds = time.perf_counter() - start
+    result.weights_dir = source.weights_dir
+    return result
+
+
+def _optimized(source: Source, patterns: Sequence[str], target: str, device: str, simplify: bool,
+               validation: dict[str, Any] | None, tune: bool, compression: CompressOptions | None,
+               rewrite: RewriteOptions | None) -> RewriteResult:
     fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
     result = _fused(source, fusions, simplify, validation)
     if tune:
         _tune(result, source.model, fusions.patterns,
-              lambda names: _fused(Source(source.model), _only(fusions, names), simplify, None), validation)
+              lambda names: _fused(source.derived(source.model), _only(fusions, names), simplify, None), validation)
     if compression is not None:
         _compress(result, source.model, compression, validation)
-    result.seconds = time.perf_counter() - start
     return result
 
 
@@ -85,8 +95,8 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     try:
         working, passes = _simplified(original, pending.start if pending is not None else None) if simplify \
             else (original, {})
-        result = rewrite(Source(working), fusions, validation, reference=original if working is not original else None,
-                         pending=pending)
+        result = rewrite(source.derived(working), fusions, validation,
+                         reference=original if working is not original else None, pending=pending)
     except BaseException:  # the reference run must not outlive a failed call either
         if pending is not None:
             pending.join()
@@ -150,9 +160,11 @@ def _compress(result: RewriteResult, original: onnx.ModelProto, compression: Com
     from gsrewrite.pipelines.compress import compress
 
     given = validation or {}
-    compressed = compress(result.model, compression.strategy, reference=original, validate=validation is not None,
-                          inputs=given.get("inputs"), input_shapes=given.get("input_shapes"), bench_runs=0,
-                          **compression.options)
+    # the strategies read weights as arrays from the model itself: the references are read in first (issue 27:
+    # the strategies are to stream)
+    compressed = compress(materialized(result.model), compression.strategy, reference=original,
+                          validate=validation is not None, inputs=given.get("inputs"),
+                          input_shapes=given.get("input_shapes"), bench_runs=0, **compression.options)
     result.compressed = compressed
     result.model, result.serialized = compressed.model, None
     _done(result, original)

@@ -22,33 +22,62 @@ if TYPE_CHECKING:
     from gsrewrite.patterns.registry import PatternRegistry
 
 
-#: A model argument: a ModelProto, or the path of a model file (read with :func:`gsrewrite.load_model`).
-ModelArg = onnx.ModelProto | str | os.PathLike
-
-
 @dataclass(frozen=True)
 class Source:
-    """A model and the file it was read from, unchanged, if any."""
+    """A model and the file it was read from, unchanged, if any. ``weights_dir``: the folder the model's
+    references are relative to, when it was read weightless (:meth:`mapped`): its weights stay in their files."""
 
     model: onnx.ModelProto
     path: str | os.PathLike | None = None
+    weights_dir: str | None = None
 
     @classmethod
     def of(cls, model: ModelArg) -> Source:
+        if isinstance(model, Source):
+            return model
         if isinstance(model, onnx.ModelProto):
             return cls(model)
         from gsrewrite.model_io import load_model
 
         return cls(load_model(model), model)
 
+    @classmethod
+    def mapped(cls, path: str | os.PathLike) -> Source:
+        """The model at ``path`` read without its weights: every payload larger than a few kilobytes stays in the
+        model's file (or its external data file) and the graph refers to it; passes read a weight when they need
+        its values, onnxruntime maps the files, the save copies each payload from its file. A result's model
+        keeps such references: save it with :func:`gsrewrite.save_model` and ``weights_dir=`` its result's."""
+        from gsrewrite.model_io.graph_walk import tensor_protos
+        from gsrewrite.model_io.weightless import load_weightless
+        from gsrewrite.model_io.weights import is_reference
+
+        model = load_weightless(path)
+        main = sum(1 for t in model.graph.initializer if is_reference(t))
+        if main != sum(1 for t in tensor_protos(model) if is_reference(t)):
+            return cls.of(path)  # external data outside the main graph's initializers: read whole, as before
+        return cls(model, path, os.path.dirname(os.path.abspath(os.fspath(path))) if main else None)
+
+    def derived(self, model: onnx.ModelProto) -> Source:
+        """A source for ``model`` made from this one (no file of its own; its references read from the same
+        folder)."""
+        return Source(model, None, self.weights_dir)
+
     def reference(self) -> Any:
         """What validation compares with: the file itself when there is one (onnxruntime reads it: no
         re-serialized copy), else the model."""
         if self.path is None:
-            return self.model
+            return self.model if self.weights_dir is None else self._validation_source(None)
+        return self._validation_source(Path(self.path))
+
+    def _validation_source(self, path: Path | None) -> Any:
         from gsrewrite.validation.runner import ModelSource
 
-        return ModelSource("original", self.model, Path(self.path))
+        return ModelSource("original", self.model, path, weights_dir=self.weights_dir)
+
+
+#: A model argument: a ModelProto, the path of a model file (read with :func:`gsrewrite.load_model`), or a
+#: :class:`Source` (e.g. :meth:`Source.mapped`: read without its weights).
+ModelArg = onnx.ModelProto | str | os.PathLike | Source
 
 
 @dataclass(frozen=True)

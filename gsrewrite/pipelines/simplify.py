@@ -21,6 +21,7 @@ from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.model_io.weights import weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
 from gsrewrite.protocols import GraphPass
@@ -77,8 +78,16 @@ def simplify(
                         limits or SimplifyLimits())
     passes = _passes(settings)  # a bad name fails before any work
     source = Source.of(model)
+    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+        result = _simplify(source, settings, passes, validation_kwargs(validate), input_shapes)
+    result.seconds = time.perf_counter() - start
+    result.weights_dir = source.weights_dir
+    return result
+
+
+def _simplify(source: Source, settings: Settings, passes: Any, validation: dict[str, Any] | None,
+              input_shapes: Any) -> SimplifyResult:
     original = source.model
-    validation = validation_kwargs(validate)
     checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
         if validation is not None else None
     if checker is not None and likely_to_change(original):
@@ -98,7 +107,6 @@ def simplify(
         from gsrewrite.validation.runner import warn_unvalidated
 
         warn_unvalidated(original)
-    result.seconds = time.perf_counter() - start
     return result
 
 

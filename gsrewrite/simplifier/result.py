@@ -60,6 +60,8 @@ class SimplifyResult:
     seconds: float = 0.0
     #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
     serialized: bytes | None = field(default=None, repr=False)
+    #: the folder ``model``'s weight references are relative to (a model read weightless: Source.mapped), if any
+    weights_dir: str | None = None
     _stats: dict[int, ModelStats] = field(default_factory=dict, repr=False)
     _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 

@@ -53,6 +53,14 @@ class ModelSource:
     #: stay in their files, and onnxruntime maps them from there instead of copying them from serialized bytes)
     weights_dir: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.weights_dir is None and self.path is None:
+            from gsrewrite.model_io.weights import has_references, weights_dir
+
+            folder = weights_dir()  # the request's model folder, when one is bound (a model read weightless)
+            if folder is not None and has_references(self.proto):
+                self.weights_dir = folder
+
     @property
     def what(self) -> str:
         """The model as messages name it."""
