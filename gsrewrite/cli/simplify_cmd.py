@@ -55,6 +55,7 @@ def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[
 def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, ...], tuple[str, ...]],
                   in_place: bool, as_json: bool, io: dict[str, Any]) -> None:
     from gsrewrite.model_io import stored_size
+    from gsrewrite.model_io.weights import weights_from
     from gsrewrite.pipelines import simplify
     from gsrewrite.pipelines.options import Source
 
@@ -62,12 +63,14 @@ def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, 
     with staged_save(job, io, in_place) as output:  # written while validation runs, put in place if it passed
         with working(f"simplifying {job.model}..."):
             result = simplify(Source.mapped(job.model), **settings)
-        extracted = _extractions(result.model, *extract, job.output, job.model)
+        with weights_from(result.weights_dir):  # the extractions read weights from the model's files
+            extracted = _extractions(result.model, *extract, job.output, job.model)
         size = output.save(result.model, result.serialized, result.weights_dir)
     # the sizes in the report come from the files, not re-serialization
     result.note_size(result.original, stored_size(job.model, result.original))
     result.note_size(result.model, size)
-    written = [_write(path, payload, job.model) for path, payload in extracted]
+    with weights_from(result.weights_dir):
+        written = [_write(path, payload, job.model) for path, payload in extracted]
     _report(result, job.output, size, written, as_json, io["verbosity"])
 
 

@@ -86,7 +86,7 @@ def write_external(model: ModelProto, out: BinaryIO, data: BinaryIO, location: s
     for tensor in model.graph.initializer:
         found = source_range(tensor, base_dir)
         inline = len(tensor.raw_data) if found is None else 0
-        if found is None and inline < threshold:
+        if found is None and (inline < threshold or not tensor.HasField("raw_data")):  # typed fields stay inline
             graph.initializer.add().CopyFrom(tensor)
             continue
         offset += _write(data, b"\0" * (-offset % ALIGNMENT))

@@ -99,3 +99,36 @@ def materialized(model: ModelProto, folder: str | None = None) -> ModelProto:
             tensor.data_location = TensorProto.DEFAULT
             tensor.raw_data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
     return out
+
+
+def payload_range(tensor: TensorProto, folder: str | None = None) -> tuple[str, int, int] | None:
+    """(path, offset, length) of a reference's bytes under ``folder`` (default: the bound one); None for a tensor
+    that holds its values, or a reference this module does not read itself."""
+    base = folder if folder is not None else _DIR.get()
+    if not is_reference(tensor) or base is None or tensor.data_type in _PACKED:
+        return None
+    found = external_range(tensor, base)
+    return None if found is None else found[:3]
+
+
+def read_range(path: str, offset: int, length: int) -> bytes:
+    """``length`` bytes of ``path`` at ``offset`` (InvalidModelError when the file is shorter)."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(length)
+    if len(data) != length:
+        raise InvalidModelError(f"{path} is shorter than its tensors say (a tensor ends at {offset + length} bytes)")
+    return data
+
+
+def same_bytes(a: tuple[str, int, int], b: tuple[str, int, int], chunk: int = 16 << 20) -> bool:
+    """Whether two file ranges hold the same bytes, compared a chunk at a time."""
+    if a == b:
+        return True
+    if a[2] != b[2]:
+        return False
+    for start in range(0, a[2], chunk):
+        size = min(chunk, a[2] - start)
+        if read_range(a[0], a[1] + start, size) != read_range(b[0], b[1] + start, size):
+            return False
+    return True

@@ -20,6 +20,7 @@ from gsrewrite.errors import UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import walk_nodes
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.model_io.weights import tensor_values
 
 
 def extract_constant(model: onnx.ModelProto, name: str) -> np.ndarray:
@@ -27,7 +28,7 @@ def extract_constant(model: onnx.ModelProto, name: str) -> np.ndarray:
     for graph, _ in iter_graphs(model):
         for tensor in graph.initializer:
             if tensor.name == name:
-                return numpy_helper.to_array(tensor)
+                return tensor_values(tensor)  # a reference to a file read from the bound model folder
         for node in graph.node:
             if node.op_type == "Constant" and list(node.output) == [name]:
                 return _constant_node_value(node)

@@ -22,8 +22,9 @@ EXTERNAL_THRESHOLD = 1024
 
 
 def estimated_bytes(model: onnx.ModelProto) -> int:
-    """The declared size of the model's tensors, computed from their shapes (no data is copied)."""
-    return sum(_declared_nbytes(t) for t in _tensors(model))
+    """The declared size of the model's tensors held in the proto (references to files are not: they are not
+    serialized), computed from their shapes (no data is copied)."""
+    return sum(_declared_nbytes(t) for t in _tensors(model) if t.data_location != onnx.TensorProto.EXTERNAL)
 
 
 def write_with_external_data(model: onnx.ModelProto, folder: Path, threshold: int | None = None) -> Path:

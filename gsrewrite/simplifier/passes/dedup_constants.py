@@ -16,7 +16,9 @@ import numpy as np
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from gsrewrite.graph.core import FileValues, constant_values
 from gsrewrite.graph.rewiring import replace_uses
+from gsrewrite.model_io.weights import payload_range, read_range, same_bytes
 from gsrewrite.simplifier.passes.base import SimplifyOptions, SimplifyPass
 
 _SAMPLE = 512
@@ -49,7 +51,8 @@ class DeduplicateConstants(SimplifyPass):
     def _digest(self, tensor: gs.Constant) -> bytes:
         cached = self._digests.get(id(tensor))
         if cached is None or cached[0] is not tensor:
-            cached = tensor, fingerprint(_bytes(tensor))
+            found = _in_file(tensor)
+            cached = tensor, fingerprint(_bytes(tensor)) if found is None else _file_fingerprint(found)
             self._digests[id(tensor)] = cached
         return cached[1]
 
@@ -64,15 +67,35 @@ def fingerprint(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+def _file_fingerprint(found: tuple[str, int, int]) -> bytes:
+    """:func:`fingerprint` of a payload that stays in its file, from the three samples read there."""
+    path, offset, length = found
+    if length <= 3 * _SAMPLE:
+        return fingerprint(read_range(path, offset, length))
+    middle = length // 2
+    data = b"".join([length.to_bytes(8, "little"), read_range(path, offset, _SAMPLE),
+                     read_range(path, offset + middle, _SAMPLE), read_range(path, offset + length - _SAMPLE, _SAMPLE)])
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _in_file(tensor: gs.Constant) -> tuple[str, int, int] | None:
+    """Where an untouched constant of a model read weightless keeps its bytes (a little-endian payload)."""
+    lazy = getattr(tensor, "_values", None)
+    return payload_range(lazy.tensor, lazy.folder) if isinstance(lazy, FileValues) else None
+
+
 def _bytes(tensor: gs.Constant) -> bytes:
     """The little-endian bytes of the value: straight from the TensorProto when it is still unloaded."""
     lazy = getattr(tensor, "_values", None)
     if isinstance(lazy, LazyValues) and lazy.tensor.HasField("raw_data"):
         return lazy.tensor.raw_data
-    return np.ascontiguousarray(tensor.values).astype(tensor.dtype.newbyteorder("<"), copy=False).tobytes()
+    return np.ascontiguousarray(constant_values(tensor)).astype(tensor.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def _equal(a: gs.Constant, b: gs.Constant) -> bool:
+    in_a, in_b = _in_file(a), _in_file(b)
+    if in_a is not None and in_b is not None:
+        return same_bytes(in_a, in_b)  # never both payloads in memory at once
     return _bytes(a) == _bytes(b)
 
 
