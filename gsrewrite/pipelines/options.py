@@ -65,8 +65,10 @@ class Source:
     def reference(self) -> Any:
         """What validation compares with: the file itself when there is one (onnxruntime reads it: no
         re-serialized copy), else the model."""
+        if self.weights_dir is not None:  # read weightless: onnxruntime maps the weights from the file too
+            return self._validation_source(None)
         if self.path is None:
-            return self.model if self.weights_dir is None else self._validation_source(None)
+            return self.model
         return self._validation_source(Path(self.path))
 
     def _validation_source(self, path: Path | None) -> Any:
