@@ -121,8 +121,8 @@ def test_optimize_of_inline_weights_in_place(tmp_path: Path) -> None:
     onnx.save(model, path)
     feed = np.random.default_rng(2).standard_normal((2, 256)).astype(np.float32)
     expected = _outputs(path, feed)
-    done = subprocess.run([str(GSREWRITE), "optimize", str(path), "-o", str(path), "--in-place", "--force"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(GSREWRITE), "optimize", str(path), "-o", str(path), "--in-place", "--force"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     rewritten = onnx.load(str(path))
     assert "LayerNormalization" in {n.op_type for n in rewritten.graph.node}
