@@ -36,6 +36,7 @@ from gsrewrite.model_io.ir_version import clamp_ir_version
 from gsrewrite.model_io.tensors import declared_nbytes, is_external
 from gsrewrite.model_io.weights import has_references
 from gsrewrite.model_io.weights import weights_dir as bound_weights_dir
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +142,7 @@ def _save_streamed(model: ModelProto, target: str, folder: str, external_data: b
         out.CopyFrom(model)
         out.ir_version = ir_version
     try:
-        with atomic_files() as create:
+        with stage("saving"), atomic_files() as create:
             model_file = create(target)
             if data_path is not None:
                 written = write_external(out, model_file, create(data_path), os.path.basename(data_path), folder,

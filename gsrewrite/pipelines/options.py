@@ -50,8 +50,10 @@ class Source:
         from gsrewrite.model_io.graph_walk import tensor_protos
         from gsrewrite.model_io.weightless import load_weightless
         from gsrewrite.model_io.weights import is_reference
+        from gsrewrite.stages import stage
 
-        model = load_weightless(path)
+        with stage("loading"):
+            model = load_weightless(path)
         main = sum(1 for t in model.graph.initializer if is_reference(t))
         if main != sum(1 for t in tensor_protos(model) if is_reference(t)):
             return cls.of(path)  # external data outside the main graph's initializers: read whole, as before
