@@ -122,10 +122,17 @@ _CRITERION = (
 )
 
 
+def _criterion_help(command: str, in_validate: str, in_compress: str) -> str:
+    if command == "validate":
+        return in_validate
+    return f"With --compress: {in_compress[0].lower()}{in_compress[1:]}" if command == "optimize" else in_compress
+
+
 def criterion_options(command: str) -> Decorator:
     """Add --cosine (alias --min-cosine), --max-abs, --min-agreement, --min-top1 to ``command`` (``validate``: the
-    pass/fail rule; ``compress``: overrides of the strategy's tolerance); the command receives ``criterion``, a
-    dict of the values given (keys ``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1``)."""
+    pass/fail rule; ``compress``: overrides of the strategy's tolerance; ``optimize``: the same, for its
+    ``--compress``); the command receives ``criterion``, a dict of the values given (keys ``min_cosine``,
+    ``max_abs``, ``min_agreement``, ``min_top1``)."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
@@ -135,7 +142,7 @@ def criterion_options(command: str) -> Decorator:
             return func(*args, **kwargs)
 
         options = [click.option(*names, type=kind, metavar=metavar, default=None,
-                                help=in_validate if command == "validate" else in_compress)
+                                help=_criterion_help(command, in_validate, in_compress))
                    for names, metavar, kind, in_validate, in_compress in _CRITERION]
         return stacked(*options)(wrapper)
 

@@ -9,6 +9,7 @@ import click
 
 from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
 from gsrewrite.cli._options import (
+    criterion_options,
     device_option,
     explain_option,
     in_place_option,
@@ -36,23 +37,31 @@ from gsrewrite.cli._report import show_result
 @click.option("--tune", is_flag=True, help="Time the result with each matched fusion family on and off (and the input) "
               "in onnxruntime here, and keep the fastest.")
 @click.option("--compress", "compress_with", default=None, metavar="STRATEGY",
-              help="Then compress with this strategy (gsrewrite compress --list), validated against the input.")
+              help="Then compress with this strategy (gsrewrite compress --list), validated against the input with "
+                   "the strategy's tolerance (or the values given below).")
+@criterion_options("optimize")
 @validation_options
 @json_option
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
              opset: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
-             tune: bool, compress_with: str | None, validation: Any, as_json: bool, **io: Any) -> None:
+             tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any, as_json: bool,
+             **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
     """
-    from gsrewrite.pipelines import RewriteOptions
+    from gsrewrite.errors import UsageError
+    from gsrewrite.pipelines import CompressOptions, RewriteOptions
     from gsrewrite.pipelines import optimize as run
     from gsrewrite.pipelines.options import Source
 
+    if criterion and compress_with is None:  # a tolerance nothing would use: say so rather than ignore it
+        raise UsageError(f"--{next(iter(criterion)).replace('_', '-')} is a tolerance of --compress: give "
+                         "--compress STRATEGY too")
+    compression = None if compress_with is None else CompressOptions(compress_with, **criterion)
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
-                "compress": compress_with, "rewrite": RewriteOptions(opset=opset, explain=explain)}
+                "compress": compression, "rewrite": RewriteOptions(opset=opset, explain=explain)}
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs

@@ -59,9 +59,11 @@ def optimize(
     validation = validation_kwargs(validate)
     compression = CompressOptions.of(compress)
     if compression is not None:
-        from gsrewrite.pipelines.compress import strategies
+        from gsrewrite.pipelines.compress import strategies, tolerance_of
+        from gsrewrite.validation.criteria import Criterion
 
-        strategies().get(compression.strategy)  # an unknown name fails before any work
+        # an unknown name, a tolerance given twice or out of its range: refused before any work
+        Criterion.of(tolerance_of(strategies().get(compression.strategy), **compression.tolerance())).check()
     source = Source.of(model)
     with weights_from(source.weights_dir):  # the request reads its weights from the model's files
         result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
@@ -164,7 +166,7 @@ def _compress(result: RewriteResult, original: onnx.ModelProto, compression: Com
     # the strategies are to stream)
     compressed = compress(materialized(result.model), compression.strategy, reference=original,
                           validate=validation is not None, inputs=given.get("inputs"),
-                          input_shapes=given.get("input_shapes"), bench_runs=0, **compression.options)
+                          input_shapes=given.get("input_shapes"), bench_runs=0, **compression.kwargs())
     result.compressed = compressed
     result.model, result.serialized = compressed.model, None
     _done(result, original)

@@ -144,14 +144,36 @@ class RewriteOptions:
 
 @dataclass(frozen=True)
 class CompressOptions:
-    """A compression run after the fusions: the strategy's name and keyword arguments of
-    :func:`gsrewrite.compress` (the strategy's own options such as ``block_size``, tolerance overrides such as
-    ``min_cosine``)."""
+    """A compression run after the fusions: the strategy's name, its own options (keyword arguments of
+    :func:`gsrewrite.compress` such as ``block_size``) and the overrides of its tolerance, as ``compress`` takes
+    them: ``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1`` (None: the strategy's value)."""
 
     strategy: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    min_cosine: float | None = None
+    max_abs: float | None = None
+    min_agreement: float | None = None
+    min_top1: float | None = None
 
     @classmethod
     def of(cls, compress: str | CompressOptions | None) -> CompressOptions | None:
         """``optimize``'s ``compress`` argument: a strategy name, the options, or None."""
         return CompressOptions(compress) if isinstance(compress, str) else compress
+
+    def tolerance(self) -> dict[str, Any]:
+        """The tolerance overrides given (as fields or, as before, in ``options``) by ``compress``'s keyword names;
+        one given both ways is a :class:`~gsrewrite.errors.UsageError`."""
+        from gsrewrite.pipelines.compress import TOLERANCE_FIELDS
+
+        fields = {name: getattr(self, name) for name in TOLERANCE_FIELDS if getattr(self, name) is not None}
+        listed = {name: self.options[name] for name in TOLERANCE_FIELDS if self.options.get(name) is not None}
+        twice = sorted(set(fields) & set(listed))
+        if twice:
+            from gsrewrite.errors import UsageError
+
+            raise UsageError(f"CompressOptions: {twice[0]} is given twice (as a field and in options)")
+        return {**listed, **fields}
+
+    def kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`gsrewrite.compress` besides the model and the strategy."""
+        return {**self.options, **self.tolerance()}
