@@ -87,6 +87,9 @@ class WeightOnly:
         if editor.skipped:
             notes.append(f"{len(editor.skipped)} left in float: " + "; ".join(editor.skipped[:5])
                          + (" ..." if len(editor.skipped) > 5 else ""))
+        if editor.tied:
+            notes.append(f"{editor.tied} LM head(s) share their weight with an embedding Gather: quantized as a copy, "
+                         "the Gather keeps the float table")
         if not editor.quantized and not editor.skipped:
             notes.append(_nothing_quantized(model, sorted(op_types), min_elements))
         return Compressed(result, notes, quantized_nodes=editor.quantized_nodes)
@@ -103,6 +106,8 @@ class _Editor:
         self.quantized_nodes: list[str] = []
         self.skipped: list[str] = []
         self.per_channel_fallback = 0
+        #: tied LM heads whose weight an embedding Gather reads too (quantized as a copy)
+        self.tied = 0
         #: Transposes of a weight whose MatMul now reads the weight itself (dropped with the rewrite)
         self.folded: set[str] = set()
         self.transposed: dict[str, onnx.NodeProto] = {}
@@ -150,7 +155,9 @@ class _Editor:
             self.model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
 
     def _weight(self, node: onnx.NodeProto, index: int, inits: dict[str, onnx.TensorProto],
-                users: dict[str, int]) -> np.ndarray | None:
+                users: dict[str, int], also_read: int = 0) -> np.ndarray | None:
+        """The weight ``node`` reads at ``index`` as float32, None when it stays float (``also_read``: readers
+        besides ``node`` that keep reading the float weight)."""
         if index >= len(node.input) or node.input[index] not in inits:
             return None
         tensor = inits[node.input[index]]
@@ -158,7 +165,7 @@ class _Editor:
             return None
         if math.prod(tensor.dims) < self.min_elements:
             return None
-        if users.get(tensor.name, 0) != 1:
+        if users.get(tensor.name, 0) != 1 + also_read:
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} is shared")
             return None
         values = numpy_helper.to_array(tensor).astype(np.float32)
@@ -167,6 +174,11 @@ class _Editor:
             return None
         return values
 
+    def _embedding_readers(self, name: str) -> int:
+        """Gather nodes of the main graph that read ``name`` as their table, and only so."""
+        return sum(1 for n in self.model.graph.node
+                   if n.op_type == "Gather" and n.input[0] == name and name not in n.input[1:])
+
     def _replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
                  ) -> list[onnx.NodeProto] | None:
         if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
@@ -174,9 +186,12 @@ class _Editor:
         if node.op_type == "MatMul":
             transpose = self.transposed.get(node.input[1]) if len(node.input) > 1 else None
             if transpose is not None:  # a tied LM head: x @ W^T with W stored [N, K], as MatMulNBits keeps it
-                w = self._weight(transpose, 0, inits, users)
+                # the embedding's Gather may read W too (GPT-2's tied wte): the head gets a quantized copy
+                embeddings = self._embedding_readers(transpose.input[0])
+                w = self._weight(transpose, 0, inits, users, also_read=embeddings)
                 if w is None or w.ndim != 2 or self.target != "ort":
                     return None
+                self.tied += bool(embeddings)
                 self.folded.add(transpose.output[0])
                 return self._linear(node, node.input[0], w.T, None, node.output[0])
             w = self._weight(node, 1, inits, users)
