@@ -175,12 +175,15 @@ def _gelu_mlp() -> onnx.ModelProto:
 def test_optimize_tunes_in_the_library():
     """tune=True times all fusions, each matched family left out, and the input; the kept candidate is the
     result's model, counted and validated as the result."""
-    result = gsrewrite.optimize(_gelu_mlp(), tune=True)
+    original = _gelu_mlp()
+    result = gsrewrite.optimize(original, tune=True)
     tuned = result.tuned
     assert set(tuned.timings) == {"all fusions", "without gelu", "the input (no fusion)"}
     assert result.model is tuned.model and result.validation.ok
     assert bool(result.counts) == (tuned.kept == "all fusions")
-    assert result.changed == (tuned.kept != "the input (no fusion)")
+    # gelu is the only family: without it (or the input itself) the model is the input, unchanged; which candidate
+    # is fastest is the machine's call
+    assert result.changed == (tuned.kept == "all fusions") == (result.model is not original)
     assert "tune" in result.to_dict() and f"Tune: kept {tuned.kept}" in result.report()
 
 
