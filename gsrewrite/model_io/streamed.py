@@ -24,7 +24,7 @@ from google.protobuf.message import Message
 from onnx import GraphProto, ModelProto, StringStringEntryProto, TensorProto
 
 from gsrewrite.model_io.weightless import external_range
-from gsrewrite.model_io.wire import LEN
+from gsrewrite.model_io.wire import LEN, varint_bytes
 
 #: bytes copied at a time
 CHUNK = 16 << 20
@@ -68,10 +68,10 @@ def write_inline(model: ModelProto, out: BinaryIO, base_dir: str | None) -> int:
     graph_bytes = _graph_shell(model.graph).SerializeToString()
     pieces = [_inline_piece(t, r) for t, r in zip(model.graph.initializer, ranges, strict=True)]
     graph_length = len(graph_bytes) + sum(_field_length(size) for _, _, size in pieces)
-    written = _write(out, head.SerializeToString()) + _write(out, _key(_MODEL_GRAPH) + _varint(graph_length))
+    written = _write(out, head.SerializeToString()) + _write(out, _key(_MODEL_GRAPH) + varint_bytes(graph_length))
     written += _write(out, graph_bytes)
     for header, payload, size in pieces:
-        written += _write(out, _key(_GRAPH_INITIALIZER) + _varint(size)) + _write(out, header)
+        written += _write(out, _key(_GRAPH_INITIALIZER) + varint_bytes(size)) + _write(out, header)
         if payload is not None:
             written += copy_range(payload, out)
     return written
@@ -128,7 +128,7 @@ def _inline_piece(tensor: TensorProto, found: Range | None) -> tuple[bytes, Rang
         return data, None, len(data)
     header = TensorProto()
     _copy_header(tensor, header)
-    header_bytes = header.SerializeToString() + _key(_TENSOR_RAW_DATA) + _varint(found.length)
+    header_bytes = header.SerializeToString() + _key(_TENSOR_RAW_DATA) + varint_bytes(found.length)
     return header_bytes, found, len(header_bytes) + found.length
 
 
@@ -180,22 +180,12 @@ def _write(out: BinaryIO, data: bytes | memoryview) -> int:
 
 
 def _field_length(size: int) -> int:
-    return len(_key(_GRAPH_INITIALIZER)) + len(_varint(size)) + size
+    return len(_key(_GRAPH_INITIALIZER)) + len(varint_bytes(size)) + size
 
 
 def _key(field: int) -> bytes:
-    return _varint(field << 3 | LEN)
+    return varint_bytes(field << 3 | LEN)
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 

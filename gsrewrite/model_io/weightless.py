@@ -30,6 +30,7 @@ from gsrewrite.model_io.wire import (
     VARINT,
     Buffer,
     all_fields,
+    varint_bytes,
 )
 
 #: payloads up to this many bytes stay inline (small constants: shape arithmetic reads their values)
@@ -100,7 +101,7 @@ def _tensor(view: Buffer, pos: int, end: int, location: str) -> bytearray:
             raise ValueError("a raw_data payload of another length than the tensor declares")
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
             _put_len(out, _TENSOR_EXTERNAL_DATA, _entry(key, value))
-        out += _tag(_TENSOR_DATA_LOCATION, VARINT) + _varint_bytes(TensorProto.EXTERNAL)
+        out += _tag(_TENSOR_DATA_LOCATION, VARINT) + varint_bytes(TensorProto.EXTERNAL)
     return out
 
 
@@ -113,25 +114,15 @@ def _entry(key: str, value: str) -> bytes:
 
 
 def _tag(field: int, wire: int) -> bytes:
-    return _varint_bytes(field << 3 | wire)
+    return varint_bytes(field << 3 | wire)
 
 
 def _put_len(out: bytearray, field: int, payload: bytes | bytearray) -> None:
     out += _tag(field, LEN)
-    out += _varint_bytes(len(payload))
+    out += varint_bytes(len(payload))
     out += payload
 
 
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 @functools.lru_cache(maxsize=256)

@@ -31,6 +31,19 @@ def varint(view: Buffer, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
+def varint_bytes(value: int) -> bytes:
+    """``value`` (>= 0) encoded as a protobuf varint."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
 def all_fields(view: Buffer, pos: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """(field number, wire type, field start, payload start, field end) of every field in ``view[pos:end]``."""
     while pos < end:

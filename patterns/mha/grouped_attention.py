@@ -26,9 +26,8 @@ GQA_HEAD_SIZE_MULTIPLE = 8
 _STEPS = {"K": ("k/unsqueeze", "k/expand", "k/repeat"), "V": ("v_unsqueeze", "v_expand", "v_repeat")}
 
 
-@reads("k/expand", "k/repeat", "k/unsqueeze", "mask", "q4", "v_expand", "v_repeat", "v_unsqueeze")
-def repeated_kv(match: Match) -> str | None:
-    """K and V are repeated per KV head (not tiled), the same number of times, for Q of known heads."""
+def _repetitions(match: Match) -> tuple[Any, Any, list[Any]] | str:
+    """Q's shape, its (heads, head size), and how K and V are repeated (per :data:`_STEPS`), or why not."""
     q = match.shape("q4")
     heads = query_heads(match)
     if q is None or len(q) != 4 or heads is None:
@@ -39,7 +38,16 @@ def repeated_kv(match: Match) -> str | None:
         if isinstance(found, str):
             return found
         groups.append(found)
-    (k_heads, k_rep, k_len, k_size), (v_heads, v_rep, v_len, v_size) = groups
+    return q, heads, groups
+
+
+@reads("k/expand", "k/repeat", "k/unsqueeze", "mask", "q4", "v_expand", "v_repeat", "v_unsqueeze")
+def repeated_kv(match: Match) -> str | None:
+    """K and V are repeated per KV head (not tiled), the same number of times, for Q of known heads."""
+    found = _repetitions(match)
+    if isinstance(found, str):
+        return found
+    q, heads, ((k_heads, k_rep, k_len, k_size), (v_heads, v_rep, v_len, v_size)) = found
     if (k_heads, k_rep) != (v_heads, v_rep):
         return f"K is repeated {k_heads}x{k_rep}, V {v_heads}x{v_rep}"
     # two declared symbols may differ at run time (a KV cache, cross-attention): GroupQueryAttention needs Q and
@@ -58,17 +66,10 @@ def repeated_kv(match: Match) -> str | None:
 def repeated_kv_cache(match: Match) -> str | None:
     """As :func:`repeated_kv`, over a cache: the repeated K/V are the past [B, Hkv, P, dh] with the new heads
     appended; the new heads cover Q's tokens (self-attention over the new tokens and the past)."""
-    q = match.shape("q4")
-    heads = query_heads(match)
-    if q is None or len(q) != 4 or heads is None:
-        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count"
-    groups = []
-    for name in _STEPS:
-        found = _repetition(match, name, heads[0])
-        if isinstance(found, str):
-            return found
-        groups.append(found)
-    (k_heads, k_rep, _, k_size), (v_heads, v_rep, _, v_size) = groups
+    found = _repetitions(match)
+    if isinstance(found, str):
+        return found
+    q, heads, ((k_heads, k_rep, _, k_size), (v_heads, v_rep, _, v_size)) = found
     if (k_heads, k_rep) != (v_heads, v_rep):
         return f"K is repeated {k_heads}x{k_rep}, V {v_heads}x{v_rep}"
     if k_heads * k_rep != heads[0] or heads[1] != k_size or not _may_equal(k_size, v_size):
