@@ -36,6 +36,8 @@ _WHERE: dict[str, str] = {
     "load_npz_files": "gsrewrite.validation.npz_files",
     "load_model": "gsrewrite.model_io",
     "save_model": "gsrewrite.model_io",
+    "tensor_values": "gsrewrite.model_io.weights",
+    "materialized": "gsrewrite.model_io.weights",
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
     "dim_mul": "gsrewrite.graph.symdim:mul",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",

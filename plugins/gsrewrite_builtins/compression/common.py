@@ -17,6 +17,44 @@ class Compressed:
     quantized_nodes: list[str] = field(default_factory=list)
 
 
+def without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without its main graph's initializers (a strategy adds those it keeps and those it
+    makes: a weight it quantizes is never copied)."""
+    light = onnx.ModelProto()
+    for field_, value in model.ListFields():
+        if field_.name != "graph":
+            if field_.is_repeated:
+                getattr(light, field_.name).extend(value)
+            elif field_.message_type is not None:
+                getattr(light, field_.name).CopyFrom(value)
+            else:
+                setattr(light, field_.name, value)
+    for field_, value in model.graph.ListFields():
+        if field_.name == "initializer":
+            continue
+        if field_.is_repeated:
+            getattr(light.graph, field_.name).extend(value)
+        else:
+            setattr(light.graph, field_.name, value)
+    return light
+
+
+def keep_used_initializers(result: onnx.ModelProto, source: onnx.ModelProto) -> None:
+    """Append to ``result`` the main-graph initializers of ``source`` that ``result``'s nodes (any graph) or outputs
+    still read (a weight kept as it is: a reference stays a reference)."""
+    used = set(consumers(result.graph))
+    have = {t.name for t in result.graph.initializer}
+    result.graph.initializer.extend(t for t in source.graph.initializer if t.name in used and t.name not in have)
+
+
+def read_weight(tensor: onnx.TensorProto) -> np.ndarray:
+    """A weight's values: inline, or read from its file when the model was loaded with its weights left there
+    (one weight at a time: the caller drops it once quantized)."""
+    from gsrewrite.plugin_api import tensor_values
+
+    return tensor_values(tensor)
+
+
 def initializer_map(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
     inputs = {i.name for i in graph.input}
     return {t.name: t for t in graph.initializer if t.name not in inputs}
@@ -45,13 +83,18 @@ def consumers(graph: onnx.GraphProto) -> dict[str, int]:
 def non_finite_weights(model: onnx.ModelProto) -> dict[str, str]:
     """Node name -> the float weight holding NaN or infinity it reads (main graph): quantizing such a weight gives
     an infinite scale (onnxruntime's quantizers fail, "scale issue"), so those nodes stay float."""
-    from onnx import numpy_helper
-
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
     bad = {name for name, tensor in initializer_map(model.graph).items()
-           if tensor.data_type in floats and not np.isfinite(numpy_helper.to_array(tensor)).all()}
+           if tensor.data_type in floats and not _finite(tensor)}
     return {node.name: next(i for i in node.input if i in bad) for node in model.graph.node
             if node.name and bad.intersection(node.input)}
+
+
+def _finite(tensor: onnx.TensorProto) -> bool:
+    values = read_weight(tensor)
+    rows = values.reshape(-1)
+    step = 1 << 22  # a few MB at a time: no weight-sized boolean array
+    return all(np.isfinite(rows[i:i + step]).all() for i in range(0, rows.size, step))
 
 
 def unique_name(model: onnx.ModelProto, base: str) -> str:

@@ -24,7 +24,15 @@ import onnx
 from onnx import helper, numpy_helper
 
 from gsrewrite.plugin_api import Tolerance, UsageError
-from gsrewrite_builtins.compression.common import Compressed, consumers, initializer_map, unique_name
+from gsrewrite_builtins.compression.common import (
+    Compressed,
+    consumers,
+    initializer_map,
+    keep_used_initializers,
+    read_weight,
+    unique_name,
+    without_initializers,
+)
 from gsrewrite_builtins.compression.numerics import QuantSpec, matmul_nbits, pack_int4, quantize
 
 TARGETS = ("ort", "onnx")
@@ -40,6 +48,13 @@ class WeightOnly:
     tolerance: Tolerance = field(default_factory=lambda: Tolerance(min_cosine=0.99, min_agreement=0.98,
                                                                    min_top1=0.98))
     options: tuple[str, ...] = OPTIONS
+    #: weights are read one at a time through plugin_api.tensor_values: a model whose weights stay in their files
+    #: (references) is quantized without loading them all
+    reads_references: bool = True
+    #: each node's quantized form by the node and the settings, for the model quantized last (a bisection's runs
+    #: quantize only the nodes no run quantized before)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    _cache_owner: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.name = self.name or f"int{self.bits}"
@@ -69,11 +84,12 @@ class WeightOnly:
                              "(or --target onnx for per-tensor / per-channel)")
         min_elements = int(options.get("min_elements") or 4096)
         exclude = set(options.get("exclude") or ())
-        result = onnx.ModelProto()
-        result.CopyFrom(model)
         default_ops = ("MatMul", "Gemm", "Conv") if self.bits == 8 else ("MatMul", "Gemm")
         op_types = set(options.get("op_types") or default_ops)
-        editor = _Editor(result, self.bits, symmetric, granularity, block_size, target, min_elements, exclude)
+        if self._cache_owner is not model:  # the cache holds one model's quantized nodes
+            self._cache, self._cache_owner = {}, model
+        editor = _Editor(model, self.bits, symmetric, granularity, block_size, target, min_elements, exclude,
+                         self._cache)
         editor.op_types = op_types
         if target == "onnx":
             editor.require_opset(bool(options.get("allow_opset_upgrade")))
@@ -92,13 +108,19 @@ class WeightOnly:
                          "the Gather keeps the float table")
         if not editor.quantized and not editor.skipped:
             notes.append(_nothing_quantized(model, sorted(op_types), min_elements))
-        return Compressed(result, notes, quantized_nodes=editor.quantized_nodes)
+        return Compressed(editor.model, notes, quantized_nodes=editor.quantized_nodes)
 
 
 class _Editor:
-    def __init__(self, model: onnx.ModelProto, bits: int, symmetric: bool, granularity: str, block_size: int,
-                 target: str, min_elements: int, exclude: set[str]) -> None:
-        self.model, self.bits, self.symmetric = model, bits, symmetric
+    """Builds the quantized model from ``source`` node by node: a weight is read, quantized and dropped before the
+    next one; the quantized nodes and tensors of each node are kept in ``cache``."""
+
+    def __init__(self, source: onnx.ModelProto, bits: int, symmetric: bool, granularity: str, block_size: int,
+                 target: str, min_elements: int, exclude: set[str], cache: dict[Any, Any] | None = None) -> None:
+        self.source, self.model = source, without_initializers(source)
+        self.bits, self.symmetric = bits, symmetric
+        self.cache = cache if cache is not None else {}
+        self.new_tensors: list[onnx.TensorProto] = []
         self.granularity, self.block_size, self.target = granularity, block_size, target
         self.min_elements, self.exclude = min_elements, exclude
         self.quantized = 0
@@ -128,31 +150,57 @@ class _Editor:
         from onnx import version_converter
 
         try:
-            upgraded = version_converter.convert_version(self.model, needed)
+            upgraded = version_converter.convert_version(self.source, needed)
         except Exception as exc:  # the converter's own failure: say so, write nothing
             raise UsageError(f"onnx cannot convert the model to opset {needed}: {str(exc).splitlines()[0]}") \
                 from None
-        self.model.CopyFrom(upgraded)
+        self.source, self.model = upgraded, without_initializers(upgraded)
 
     def run(self) -> None:
-        graph = self.model.graph
-        inits = initializer_map(graph)
-        users = consumers(graph)
-        self.transposed = {n.output[0]: n for n in graph.node if n.op_type == "Transpose" and len(n.input) == 1
+        graph, source = self.model.graph, self.source.graph
+        inits = initializer_map(source)
+        users = consumers(source)
+        self.transposed = {n.output[0]: n for n in source.node if n.op_type == "Transpose" and len(n.input) == 1
                            and n.input[0] in inits and _perm(n) == [1, 0] and users.get(n.output[0], 0) == 1}
         new_nodes: list[onnx.NodeProto] = []
-        for node in graph.node:
-            replacement = self._replace(node, inits, users)
+        for node in source.node:
+            replacement = self._cached_replace(node, inits, users)
             new_nodes.extend(replacement if replacement is not None else [node])
         del graph.node[:]
         graph.node.extend(n for n in new_nodes if not (n.op_type == "Transpose" and n.output[0] in self.folded))
-        used = {name for n in graph.node for name in n.input}
-        kept = [t for t in graph.initializer if t.name in used or t.name in {o.name for o in graph.output}]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
+        graph.initializer.extend(self.new_tensors)
+        self.new_tensors = []
+        keep_used_initializers(self.model, self.source)
         if self.target == "ort" and self.quantized and not any(o.domain == "com.microsoft"
                                                                for o in self.model.opset_import):
             self.model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+
+    def _cached_replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
+                        ) -> list[onnx.NodeProto] | None:
+        """:meth:`_replace`, or what it gave for the same node and settings before (nodes, tensors, counts)."""
+        if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
+            return None
+        transpose = self.transposed.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
+        key = (node.SerializeToString(), transpose.SerializeToString() if transpose is not None else b"",
+               self.bits, self.symmetric, self.granularity, self.block_size, self.target, self.min_elements,
+               self._opset())
+        hit = self.cache.get(key)
+        if hit is None:
+            marks = (len(self.new_tensors), len(self.skipped), len(self.quantized_nodes), self.per_channel_fallback,
+                     set(self.folded))
+            nodes = self._replace(node, inits, users)
+            hit = (nodes, self.new_tensors[marks[0]:], self.skipped[marks[1]:], self.quantized_nodes[marks[2]:],
+                   self.per_channel_fallback - marks[3], self.folded - marks[4])
+            self.cache[key] = hit
+            return nodes
+        nodes, tensors, skipped, quantized, fallback, folded = hit
+        self.new_tensors.extend(tensors)
+        self.skipped.extend(skipped)
+        self.quantized_nodes.extend(quantized)
+        self.quantized += len(quantized)
+        self.per_channel_fallback += fallback
+        self.folded |= folded
+        return nodes
 
     def _weight(self, node: onnx.NodeProto, index: int, inits: dict[str, onnx.TensorProto],
                 users: dict[str, int], also_read: int = 0) -> np.ndarray | None:
@@ -168,7 +216,7 @@ class _Editor:
         if users.get(tensor.name, 0) != 1 + also_read:
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} is shared")
             return None
-        values = numpy_helper.to_array(tensor).astype(np.float32)
+        values = read_weight(tensor).astype(np.float32, copy=False)
         if not np.isfinite(values).all():  # a scale of inf: every code of its group NaN
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} holds NaN or infinity")
             return None
@@ -222,14 +270,13 @@ class _Editor:
             replaced = self._dequantized(node, 1, w.T if node.op_type == "Gemm" and _trans_b(node) else w,
                                          axis=0 if _trans_b(node) else 1)
             return replaced
-        b, scales, zero_points, _ = matmul_nbits(w, self.block_size, self.symmetric, self.bits)
-        graph = self.model.graph
-        base = unique_name(self.model, f"{node.name or node.output[0]}_q{self.bits}")
+        b, scales, zero_points = _matmul_nbits_columns(w, self.block_size, self.symmetric, self.bits)
+        base = unique_name(self.source, f"{node.name or node.output[0]}_q{self.bits}")
         names = [f"{base}_B", f"{base}_scales"]
-        graph.initializer.extend([numpy_helper.from_array(b, names[0]), numpy_helper.from_array(scales, names[1])])
+        self.new_tensors.extend([numpy_helper.from_array(b, names[0]), numpy_helper.from_array(scales, names[1])])
         inputs = [a, *names]
         if zero_points is not None:
-            graph.initializer.append(numpy_helper.from_array(zero_points, f"{base}_zp"))
+            self.new_tensors.append(numpy_helper.from_array(zero_points, f"{base}_zp"))
             inputs.append(f"{base}_zp")
         out = output if bias is None else f"{base}_out"
         nodes = [helper.make_node("MatMulNBits", inputs, [out], name=f"{base}", domain="com.microsoft", K=k, N=n,
@@ -255,9 +302,8 @@ class _Editor:
             axis = 1 if node.op_type == "Conv" else (1 if _trans_b(node) else 0)
         spec = QuantSpec(self.bits, self.symmetric, granularity, axis, self.block_size)
         qz = quantize(w, spec)
-        base = unique_name(self.model, f"{node.input[index]}_q{self.bits}")
-        graph = self.model.graph
-        graph.initializer.extend([_codes(qz.q, self.bits, self.symmetric, f"{base}_q"),
+        base = unique_name(self.source, f"{node.input[index]}_q{self.bits}")
+        self.new_tensors.extend([_codes(qz.q, self.bits, self.symmetric, f"{base}_q"),
                                   numpy_helper.from_array(qz.scale, f"{base}_scale"),
                                   _codes(qz.zero_point, self.bits, self.symmetric, f"{base}_zp")])
         attrs: dict[str, Any] = {}
@@ -273,6 +319,25 @@ class _Editor:
         self.quantized += 1
         self.quantized_nodes.append(node.name or node.output[0])
         return [dq, rewired]
+
+
+#: bytes of float weight quantized at once for MatMulNBits (its columns are independent): the temporaries of the
+#: numerics stay a few times this, whatever the weight's size
+COLUMN_CHUNK_BYTES = 16 << 20
+
+
+def _matmul_nbits_columns(w: np.ndarray, block_size: int, symmetric: bool, bits: int
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`matmul_nbits` of ``w`` [K, N], a slice of columns at a time (the same bytes: every output column is
+    quantized on its own)."""
+    k, n = w.shape
+    step = max(1, COLUMN_CHUNK_BYTES // max(1, 4 * k))
+    if step >= n:
+        b, scales, zero_points, _ = matmul_nbits(w, block_size, symmetric, bits)
+        return b, scales, zero_points
+    parts = [matmul_nbits(w[:, start:start + step], block_size, symmetric, bits)[:3] for start in range(0, n, step)]
+    zero_points = None if parts[0][2] is None else np.concatenate([p[2] for p in parts])  # type: ignore[misc]
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), zero_points)
 
 
 def _nothing_quantized(model: onnx.ModelProto, op_types: list[str], min_elements: int) -> str:
