@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,16 +33,18 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.model_io.weights import has_references, materialized, weights_from
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
-from gsrewrite.stages import stage
+from gsrewrite.stage_memory import stage, weights
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
+    from gsrewrite.pipelines.options import Source
     from gsrewrite.validation import Validator
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,9 @@ MAX_SLOWDOWN = 1.10
 #: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
 MIN_RATE_SAMPLES = 200
 MAX_RATE_RUNS = 64
+#: a bisection stops (the result refused as out of tolerance) once it has taken this many times what the first
+#: compression and its validation took: a compress that misses its tolerance ends within ~5x one compress
+BISECT_TIME_FACTOR = 4.0
 #: the option that relaxes each metric a tolerance judges (a NaN/inf pattern is never relaxed)
 RELAXED_BY = {"cosine": "--min-cosine", "max abs": "--max-abs", "agreement": "--min-agreement", "top-1": "--min-top1"}
 #: the fields of a Tolerance, each overridable in compress()
@@ -97,6 +103,9 @@ class CompressResult:
     census: Census | None = None
     #: input sets per size the validation ran (more than one when labels or class scores needed more rows)
     validation_runs: int = 1
+    #: the folder the model's weight references are relative to (a model read weightless: save it with
+    #: ``save_model(..., weights_dir=)``), else None
+    weights_dir: str | None = None
 
     @property
     def criterion(self) -> Criterion:
@@ -164,7 +173,7 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return sum((math.prod(t.dims) * item_bits(t.data_type) + 7) // 8 for t in model.graph.initializer)
 
 
-def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = True, inputs: Any = None,
+def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: bool = True, inputs: Any = None,
              input_shapes: Any = None, min_cosine: float | None = None, max_abs: float | None = None,
              min_agreement: float | None = None, min_top1: float | None = None, bench_runs: int = 0,
              bench_threads: int = 1, allow_slower: bool = False, reference: onnx.ModelProto | None = None,
@@ -172,18 +181,36 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     """Compress ``model`` with the strategy called ``strategy`` (``options`` go to it), validate against
     ``reference`` (default: ``model``; ``optimize --compress`` gives the unfused input) with the strategy's
     tolerance (``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1`` replace its values), time both when
-    ``bench_runs`` > 0, report.
+    ``bench_runs`` > 0 (one model at a time), report.
+
+    ``model`` may be a :class:`~gsrewrite.pipelines.options.Source` read with its weights left in their files
+    (``Source.mapped``): a strategy that reads weights one at a time (``reads_references = True``: int4, int8,
+    dynamic-int8) never holds them all, onnxruntime maps them, and the result keeps references to the weights it
+    did not change (``result.weights_dir``: save with it). Other strategies get the weights read in first.
 
     Raises :class:`~gsrewrite.errors.NothingToCompressError` when the strategy changed no weight,
     :class:`~gsrewrite.errors.OutOfToleranceError` when the result misses the tolerance (after bisection),
     :class:`~gsrewrite.errors.SlowerModelError` when it was measured more than ``MAX_SLOWDOWN`` times slower than
     the input and ``allow_slower`` is false; each carries the ``CompressResult`` as ``result``.
     """
-    original = model if isinstance(model, onnx.ModelProto) else _load(model)
-    baseline = reference if reference is not None else original
+    from gsrewrite.pipelines.options import Source
+
+    source = Source.of(model)
+    with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
+        result = _compress(source, strategy, validate, inputs, input_shapes,
+                           {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,
+                            "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options)
+    result.weights_dir = source.weights_dir if has_references(result.model) else None
+    return result
+
+
+def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_shapes: Any,
+              limits: dict[str, float | None], bench_runs: int, bench_threads: int, allow_slower: bool,
+              reference: onnx.ModelProto | None, options: dict[str, Any]) -> CompressResult:
+    original = source.model
+    baseline: Any = reference if reference is not None else source.reference()
     chosen = strategies().get(strategy)
-    tolerance = tolerance_of(chosen, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
-                             min_top1=min_top1)
+    tolerance = tolerance_of(chosen, **limits)
     Criterion.of(tolerance).check()
     given = {k: v for k, v in options.items() if v is not None}
     problem = expansion_problem(original)  # strategies hand the model to onnx and onnxruntime, which expand them
@@ -192,11 +219,15 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
         from gsrewrite.validation.runner import cannot_validate, why_unrunnable
 
-        reason = why_unrunnable(baseline)
+        reason = why_unrunnable(getattr(baseline, "proto", baseline))
         if reason is not None:
             raise cannot_validate(reason)
+    # a strategy that reads weights as arrays from the proto gets them read in (a copy of every weight)
+    given_model = original if getattr(chosen, "reads_references", False) or not has_references(original) \
+        else materialized(original)
+    start = time.perf_counter()
     with stage(f"compressing ({strategy})"):
-        compressed, notes, changed = _run(chosen, original, given)
+        compressed, notes, changed = _run(chosen, given_model, given)
     result = CompressResult(compressed, strategy, given, tolerance, notes)
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
@@ -205,14 +236,14 @@ def compress(model: onnx.ModelProto | str, strategy: str, *, validate: bool = Tr
     if validate:  # the original's reference runs first: a model onnxruntime cannot run is bad input (exit 2)
         from gsrewrite.validation import Validator
 
-        with stage("validating"):
+        with stage("validating: reference run"):
             validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
     if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(original, compressed):
         why = "; ".join(notes) or "the strategy left every weight as it was"
         raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
                                      "nothing written", result)
     if validator is not None:
-        _validate(result, chosen, original, baseline, given, changed, validator, inputs, input_shapes)
+        _validate(result, chosen, given_model, baseline, given, changed, validator, inputs, input_shapes, start)
     if bench_runs:
         _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
     return result
@@ -236,10 +267,12 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
     return answer.model, list(getattr(answer, "notes", [])), list(getattr(answer, "quantized_nodes", []))
 
 
-def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: onnx.ModelProto,
-              options: dict[str, Any], changed: list[str], validator: Validator, inputs: Any, input_shapes: Any
-              ) -> None:
-    """Compare with the baseline (its outputs computed once), bisect when the strategy allows it, or raise."""
+def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: Any,
+              options: dict[str, Any], changed: list[str], validator: Validator, inputs: Any, input_shapes: Any,
+              start: float) -> None:
+    """Compare with the baseline (its outputs computed once), bisect when the strategy allows it, or raise.
+    ``start``: when the compression began (a bisection may take BISECT_TIME_FACTOR times what it took up to
+    here)."""
     from gsrewrite.validation import Validator
 
     with stage("validating"):
@@ -251,8 +284,9 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
             result.outputs = validator.check(result.model).outputs
     result.validated, result.validation_runs = True, runs
     if not result.ok and changed and "exclude" in getattr(strategy, "options", ()):
+        budget = BISECT_TIME_FACTOR * (time.perf_counter() - start)
         with stage("bisecting"):
-            _bisect(result, strategy, original, options, changed, validator)
+            _bisect(result, strategy, original, options, changed, validator, time.perf_counter() + budget)
     if not result.ok:
         relax = sorted({RELAXED_BY[m] for o in result.outputs for m in o.failed if m in RELAXED_BY})
         hint = f" ({', '.join(relax)} relax the tolerance; --inputs validates on your data)" if relax else ""
@@ -269,8 +303,10 @@ def _rate_runs(outputs: list[OutputComparison]) -> int:
 
 
 def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
-            changed: list[str], validator: Validator) -> None:
-    """Exclude nodes (smallest failing prefix's last node, repeatedly) until the tolerance is met."""
+            changed: list[str], validator: Validator, deadline: float) -> None:
+    """Exclude nodes (smallest failing prefix's last node, repeatedly) until the tolerance is met, in at most
+    MAX_BISECT_RUNS strategy runs and until ``deadline`` (``time.perf_counter()``). A run's model is dropped
+    before the next is built, unless it passed."""
     excluded: list[str] = list(options.get("exclude") or ())
     candidates = list(changed)
     runs = 0
@@ -281,9 +317,19 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
         skip = excluded + [n for n in candidates if n not in quantized]
         model, notes, _ = _run(strategy, original, {**options, "exclude": skip})
         outputs = validator.check(model).outputs
-        return all(o.ok for o in outputs), (model, notes, outputs)
+        ok = all(o.ok for o in outputs)
+        return ok, ((model, notes, outputs) if ok else None)
 
-    while candidates and runs < MAX_BISECT_RUNS:
+    def more() -> bool:
+        if runs >= MAX_BISECT_RUNS:
+            return False
+        if time.perf_counter() > deadline:
+            log.warning("bisection stopped after %d run(s): its time budget (%.3gx the first compression) is spent",
+                        runs, BISECT_TIME_FACTOR)
+            return False
+        return True
+
+    while candidates and more():
         ok, outcome = passes(candidates)
         if ok:
             result.model, result.notes, result.outputs = outcome
@@ -293,36 +339,41 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
             result.weight_bytes = (result.weight_bytes[0], weight_bytes(result.model))
             return
         low, high = 1, len(candidates)  # the smallest failing prefix length
-        while low < high and runs < MAX_BISECT_RUNS:
+        while low < high and more():
             middle = (low + high) // 2
             if passes(candidates[:middle])[0]:
                 low = middle + 1
             else:
                 high = middle
+        if low < high:  # the search was cut short: it named no culprit
+            break
         culprit = candidates.pop(low - 1)
         excluded.append(culprit)
         log.info("compression of %s breaks the tolerance: left uncompressed", culprit)
     result.excluded = excluded
 
 
-def _bench(result: CompressResult, baseline: onnx.ModelProto, inputs: Any, input_shapes: Any, runs: int,
-           threads: int, allow_slower: bool) -> None:
-    """Time the baseline and the result (interleaved); a result slower than MAX_SLOWDOWN times the baseline is
-    timed again (the minima of both measurements count) and refused unless ``allow_slower``."""
+def _bench(result: CompressResult, baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int,
+           allow_slower: bool) -> None:
+    """Time the baseline, then the result: one session at a time (two sessions of a large model side by side
+    would double the memory the request needs). A result slower than MAX_SLOWDOWN times the baseline is timed
+    again in the other order (the minima of both measurements count) and refused unless ``allow_slower``."""
     from gsrewrite.pipelines.bench import bench, bench_inputs
 
-    models = [("original", baseline), (result.strategy, result.model)]
+    def alone(label: str, model: Any) -> float:
+        return bench([(label, model)], runs=runs, threads=threads, inputs=feed).timings[0].min_ms
+
     with stage("benchmarking"):
-        feed = bench_inputs(baseline, inputs, input_shapes)
-        timed = bench(models, runs=runs, threads=threads, inputs=feed)
-        before, after = timed.timings[0].min_ms, timed.timings[1].min_ms
+        feed = bench_inputs(getattr(baseline, "proto", baseline), inputs, input_shapes)
+        before = alone("original", baseline)
+        after = alone(result.strategy, result.model)
         if after > MAX_SLOWDOWN * before and not allow_slower:  # once more before refusing: a noisy moment
-            again = bench(models, runs=runs, threads=threads, inputs=feed)
-            before, after = min(before, again.timings[0].min_ms), min(after, again.timings[1].min_ms)
+            after = min(after, alone(result.strategy, result.model))
+            before = min(before, alone("original", baseline))
     result.latency_ms = (before, after)
     if after > MAX_SLOWDOWN * before and not allow_slower:
         raise SlowerModelError(
             f"the {result.strategy} model is slower than its input: {before:.3g} ms -> {after:.3g} ms "
-            f"({after / before:.2f}x, more than {MAX_SLOWDOWN:.2f}x; onnxruntime, min of 2 x {runs} interleaved "
-            "runs); nothing written (--allow-slower writes it, --bench-runs 0 skips the measurement)\n"
+            f"({after / before:.2f}x, more than {MAX_SLOWDOWN:.2f}x; onnxruntime, min of 2 x {runs} runs of each, "
+            "one model at a time); nothing written (--allow-slower writes it, --bench-runs 0 skips the measurement)\n"
             + result.report(), result)

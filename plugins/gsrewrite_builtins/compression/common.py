@@ -115,17 +115,31 @@ def _unique(base: str, taken: set[str]) -> str:
     return name
 
 
+def node_names(model: onnx.ModelProto) -> list[str]:
+    """Each main-graph node's name, an unnamed node's ``OpType_index`` (made unique): onnxruntime's quantizers and
+    float16 converter exclude nodes by name, so a node without one could not be left out. The names depend only
+    on the model: every run names alike."""
+    if all(node.name for node in model.graph.node):
+        return [node.name for node in model.graph.node]
+    taken = _taken(model.graph)
+    names = []
+    for index, node in enumerate(model.graph.node):
+        name = node.name
+        if not name:
+            name = _unique(f"{node.op_type}_{index}", taken)
+            taken.add(name)
+        names.append(name)
+    return names
+
+
 def named_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` itself when every main-graph node has a name, else a copy whose unnamed nodes are named
-    ``OpType_index`` (made unique): onnxruntime's quantizers and float16 converter exclude nodes by name, so a
-    node without one could not be left out. The names depend only on the model: every run names alike."""
+    """``model`` itself when every main-graph node has a name, else a copy whose nodes are named by
+    :func:`node_names`."""
     if all(node.name for node in model.graph.node):
         return model
+    names = node_names(model)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    taken = _taken(copy.graph)
-    for index, node in enumerate(copy.graph.node):
-        if not node.name:
-            node.name = _unique(f"{node.op_type}_{index}", taken)
-            taken.add(node.name)
+    for node, name in zip(copy.graph.node, names, strict=True):
+        node.name = name
     return copy

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.plugin_api import Tolerance, UsageError, load_model, save_model
-from gsrewrite_builtins.compression.common import Compressed, named_copy, non_finite_weights
+from gsrewrite_builtins.compression.common import Compressed, named_copy, node_names, non_finite_weights
 
 
 class _QuietAdvice(logging.Filter):
@@ -74,13 +74,50 @@ class DynamicInt8:
                                                                    min_top1=0.98))
     options: tuple[str, ...] = ("op_types", "per_channel", "reduce_range", "exclude", "symmetric")
 
+    #: MatMul/Gather models are quantized weight by weight (dynamic_int8.py), reading each weight through
+    #: plugin_api.tensor_values; other models go to onnxruntime's quantizer with their weights read in
+    reads_references: bool = True
+    #: quantized weights by weight and settings, for the model quantized last (a bisection reuses them)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    _cache_owner: Any = field(default=None, repr=False, compare=False)
+
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
         _check(self.name, options, self.options)
-        from onnxruntime.quantization import QuantType, quantize_dynamic
         from onnxruntime.quantization.registry import IntegerOpsRegistry
 
-        model = named_copy(model)  # its quantizer excludes nodes by name: bisection needs every node named
+        from gsrewrite_builtins.compression.dynamic_int8 import covers
+
         op_types = list(options.get("op_types") or ())  # none: quantize_dynamic's own defaults
+        asked = ", ".join(op_types) if op_types else "its defaults: " + ", ".join(IntegerOpsRegistry) + \
+            " (Gemm as MatMul + Add)"
+        names = node_names(model)
+        exclude = set(options.get("exclude") or ())
+        why_not = covers(model, names, set(op_types or IntegerOpsRegistry), exclude)
+        if why_not is None:
+            return self._written(model, names, options, set(op_types or IntegerOpsRegistry), exclude)
+        from gsrewrite.plugin_api import materialized
+
+        compressed = self._onnxruntime(named_copy(materialized(model)), op_types, options)
+        compressed.notes.insert(0, f"onnxruntime's quantize_dynamic of {asked} (the whole model at once: {why_not})")
+        return compressed
+
+    def _written(self, model: onnx.ModelProto, names: list[str], options: dict[str, Any], op_types: set[str],
+                 exclude: set[str]) -> Compressed:
+        from gsrewrite_builtins.compression.dynamic_int8 import Settings, Writer
+
+        if self._cache_owner is not model:  # the cache holds one model's quantized weights
+            self._cache, self._cache_owner = {}, model
+        settings = Settings(bool(options.get("per_channel", False)), bool(options.get("reduce_range", False)),
+                            bool(options.get("symmetric", True)))
+        written = Writer(model, names, settings, op_types, exclude, self._cache).write()
+        notes = [f"int8 weights as onnxruntime's quantize_dynamic makes them, written one weight at a time: "
+                 f"{len(written.matmuls)} MatMul as MatMulInteger, {len(written.gathers)} Gather table(s) as uint8",
+                 *_left_float(written.left_float)]
+        return Compressed(written.model, notes, [*written.gathers, *written.matmuls])
+
+    def _onnxruntime(self, model: onnx.ModelProto, op_types: list[str], options: dict[str, Any]) -> Compressed:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
         poisoned = non_finite_weights(model)
         with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
@@ -97,9 +134,7 @@ class DynamicInt8:
                 raise UsageError(f"onnxruntime's quantize_dynamic failed: {str(exc).splitlines()[0]}") from None
             result = load_model(str(target))
         changed = _quantized_nodes(model, result)
-        asked = ", ".join(op_types) if op_types else "its defaults: " + ", ".join(IntegerOpsRegistry) + \
-            " (Gemm as MatMul + Add)"
-        notes = [f"onnxruntime's quantize_dynamic of {asked}", *_left_float(poisoned)]
+        notes = [*_left_float(poisoned)]
         if any(n.op_type == "ConvInteger" for n in result.graph.node):
             notes.append("Conv runs as ConvInteger, which onnxruntime's CPU provider runs slower than float Conv; "
                          "static-int8 suits CNNs")
