@@ -73,6 +73,20 @@ class _Sampler:
         return max(self.highest, current_rss())
 
 
+def release() -> None:
+    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): what a finished step freed
+    (onnxruntime's session, a candidate's payloads) then leaves the resident size instead of lingering in the
+    heap's free lists where the next step's different-sized blocks may not fit. A no-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl): nothing to trim
+        pass
+
+
 def describe(peak: int, weight_bytes: int | None) -> str:
     """``peak RSS 2.31 GB (0.99x weights)``."""
     ratio = f" ({peak / weight_bytes:.2f}x weights)" if weight_bytes else ""
@@ -83,8 +97,11 @@ def describe(peak: int, weight_bytes: int | None) -> str:
 def stage(name: str) -> Iterator[None]:
     """:func:`gsrewrite.stages.stage`, and at INFO the stage's peak resident memory (see the module)."""
     if not log.isEnabledFor(logging.INFO):
-        with timed_stage(name):
-            yield
+        try:
+            with timed_stage(name):
+                yield
+        finally:
+            release()
         return
     before = peak_rss()
     sampler = _Sampler()
@@ -92,6 +109,7 @@ def stage(name: str) -> Iterator[None]:
         with timed_stage(name):
             yield
     finally:
+        release()
         sampled = sampler.stop()
         after = peak_rss()
         peak = after if after > before else sampled

@@ -76,8 +76,8 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
 
         with staged_save(job, io) as output:
             with working(f"compressing {job.model}..."):  # the weights stay in their files until the save
-                result = run(Source.mapped(job.model), strategy, validate=validate, inputs=inputs, bench_runs=bench_runs,
-                             allow_slower=allow_slower, **criterion, **options)
+                result = run(Source.mapped(job.model), strategy, validate=validate, inputs=inputs,
+                             bench_runs=bench_runs, allow_slower=allow_slower, **criterion, **options)
             size = output.save(result.model, weights_dir=result.weights_dir)
         if as_json:
             emit(result.to_dict(), job.output, result.file_bytes[0], size)

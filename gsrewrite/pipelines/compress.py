@@ -38,7 +38,7 @@ from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
-from gsrewrite.stage_memory import stage, weights
+from gsrewrite.stage_memory import release, stage, weights
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
@@ -318,7 +318,10 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
         model, notes, _ = _run(strategy, original, {**options, "exclude": skip})
         outputs = validator.check(model).outputs
         ok = all(o.ok for o in outputs)
-        return ok, ((model, notes, outputs) if ok else None)
+        outcome = (model, notes, outputs) if ok else None
+        del model
+        release()  # the step's candidate and session are gone: their memory goes back before the next step
+        return ok, outcome
 
     def more() -> bool:
         if runs >= MAX_BISECT_RUNS:

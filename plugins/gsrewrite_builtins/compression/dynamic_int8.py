@@ -93,7 +93,8 @@ def as_matmuls(model: onnx.ModelProto, names: list[str], exclude: set[str]
                     transposed[b], sources[new] = new, inits[b]
                 b = transposed[b]
             else:
-                steps.append(Step(helper.make_node("Transpose", [b], [b + "_Transposed"], name=name + "_Transpose"), name))
+                transpose = helper.make_node("Transpose", [b], [b + "_Transposed"], name=name + "_Transpose")
+                steps.append(Step(transpose, name))
                 b += "_Transposed"
         out = node.output[0] + ("_MatMul" if len(node.input) > 2 else "")
         steps.append(Step(helper.make_node("MatMul", [node.input[0], b], [out], name=name + "_MatMul"), name))
@@ -234,10 +235,11 @@ class Writer:
         else:
             qtype, symmetric = T.INT8, self.settings.symmetric
             per_channel, reduce = self.settings.per_channel, self.settings.reduce_range
-        entry = self._weight(weight, qtype, symmetric, per_channel, reduce)
-        if entry is None:
+        made = self._weight(weight, qtype, symmetric, per_channel, reduce)
+        if made is None:
             written.left_float[name] = weight.name
             return None
+        entry = made
         if node.op_type == "Gather":
             gather = onnx.NodeProto()
             gather.CopyFrom(node)
