@@ -1,10 +1,11 @@
-"""``dynamic-int8`` and ``static-int8``: onnxruntime's quantizers wrapped as strategies (gsrewrite adds the
-selection, the validation and the report; the quantization itself is onnxruntime's).
+"""``dynamic-int8`` and ``static-int8``: onnxruntime's quantizers as strategies (gsrewrite adds the selection, the
+validation and the report; the quantization is onnxruntime's).
 
-* ``dynamic-int8``: ``quantize_dynamic`` (int8 weights per channel or per tensor, activations quantized at run
-  time) of the op types it quantizes by default (Conv, MatMul, Attention, LSTM, Gather, Transpose,
+* ``dynamic-int8``: ``quantize_dynamic``'s result (int8 weights per channel or per tensor, activations quantized
+  at run time) for the op types it quantizes by default (Conv, MatMul, Attention, LSTM, Gather, Transpose,
   EmbedLayerNormalization; Gemm as MatMul + Add; ``op_types`` to change), the transformer case: embedding tables
-  (Gather) included, as onnxruntime does.
+  (Gather) included, as onnxruntime does. Models of MatMul/Gemm/Gather are written one weight at a time, the
+  same graph and bytes (dynamic_int8.py); the others go to ``quantize_dynamic`` with the weights read in.
 * ``static-int8``: ``quantize_static`` in QDQ format with calibration on given inputs (``calibration``: an
   ``.npz`` file or a folder of them, keys = input names) or, without them, on generated inputs; for CNNs.
 """
