@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -45,6 +46,14 @@ def keep_used_initializers(result: onnx.ModelProto, source: onnx.ModelProto) -> 
     used = set(consumers(result.graph))
     have = {t.name for t in result.graph.initializer}
     result.graph.initializer.extend(t for t in source.graph.initializer if t.name in used and t.name not in have)
+
+
+def placed(graph: onnx.GraphProto, tensors: Any) -> tuple[onnx.TensorProto, ...]:
+    """``graph``'s initializers named as ``tensors`` (which a strategy copied into it): a cache that refers to
+    those holds no second copy of the quantized weights (a protobuf sub-message keeps its model alive; the model
+    is the strategy's result, which nobody edits)."""
+    by_name = {t.name: t for t in graph.initializer}
+    return tuple(by_name.get(t.name, t) for t in tensors)
 
 
 def read_weight(tensor: onnx.TensorProto) -> np.ndarray:

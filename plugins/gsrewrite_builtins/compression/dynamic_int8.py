@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gsrewrite_builtins.compression.common import keep_used_initializers, read_weight, without_initializers
+from gsrewrite_builtins.compression.common import keep_used_initializers, placed, read_weight, without_initializers
 
 T = onnx.TensorProto
 #: what this module writes; the other op types quantize_dynamic quantizes by default send the model to it
@@ -183,6 +183,7 @@ class Writer:
         self.tensors: list[onnx.TensorProto] = []
         self.made: set[str] = set()  # names of the nodes added (DynamicQuantizeLinear, scale Muls, ...)
         self.float_transposed: set[str] = set()
+        self.new_keys: list[Any] = []  # the cache entries this run made
 
     def write(self) -> Written:
         model = without_initializers(self.source)
@@ -209,6 +210,8 @@ class Writer:
         del model.graph.node[:]
         model.graph.node.extend(self.nodes)
         model.graph.initializer.extend(self.tensors)
+        for key in self.new_keys:  # the cache refers to the model's copies: no second copy of the codes
+            self.cache[key] = placed(model.graph, self.cache[key])
         keep_used_initializers(model, self.source)
         return written
 
@@ -267,6 +270,7 @@ class Writer:
             tensors = quantized_weight(weight, qtype, symmetric, per_channel, reduce,
                                        None if source is None else read_weight(source).T)
             self.cache[key] = tensors
+            self.new_keys.append(key)
         if not tensors:
             return None
         self.tensors.extend(tensors)

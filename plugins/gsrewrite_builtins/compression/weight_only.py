@@ -29,6 +29,7 @@ from gsrewrite_builtins.compression.common import (
     consumers,
     initializer_map,
     keep_used_initializers,
+    placed,
     read_weight,
     unique_name,
     without_initializers,
@@ -120,6 +121,7 @@ class _Editor:
         self.source, self.model = source, without_initializers(source)
         self.bits, self.symmetric = bits, symmetric
         self.cache = cache if cache is not None else {}
+        self.new_keys: list[Any] = []  # the cache entries this run made
         self.new_tensors: list[onnx.TensorProto] = []
         self.granularity, self.block_size, self.target = granularity, block_size, target
         self.min_elements, self.exclude = min_elements, exclude
@@ -170,6 +172,9 @@ class _Editor:
         graph.node.extend(n for n in new_nodes if not (n.op_type == "Transpose" and n.output[0] in self.folded))
         graph.initializer.extend(self.new_tensors)
         self.new_tensors = []
+        for key in self.new_keys:  # the cache refers to the model's copies of the quantized tensors
+            nodes, tensors, *rest = self.cache[key]
+            self.cache[key] = (nodes, placed(graph, tensors), *rest)
         keep_used_initializers(self.model, self.source)
         if self.target == "ort" and self.quantized and not any(o.domain == "com.microsoft"
                                                                for o in self.model.opset_import):
@@ -192,6 +197,7 @@ class _Editor:
             hit = (nodes, self.new_tensors[marks[0]:], self.skipped[marks[1]:], self.quantized_nodes[marks[2]:],
                    self.per_channel_fallback - marks[3], self.folded - marks[4])
             self.cache[key] = hit
+            self.new_keys.append(key)
             return nodes
         nodes, tensors, skipped, quantized, fallback, folded = hit
         self.new_tensors.extend(tensors)
