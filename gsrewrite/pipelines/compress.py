@@ -222,6 +222,14 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
         reason = why_unrunnable(getattr(baseline, "proto", baseline))
         if reason is not None:
             raise cannot_validate(reason)
+    unknown = sorted(set(given) - set(getattr(chosen, "options", given)))
+    if unknown:  # before the reference run (minutes on a large model)
+        raise UsageError(f"strategy {strategy!r} has no option {unknown[0]!r} "
+                         f"(options: {', '.join(getattr(chosen, 'options', ()))})")
+    validator = None
+    if validate:  # the reference first, alone in memory: a model onnxruntime cannot run is bad input (exit 2)
+        with stage("validating: reference run"):
+            validator = _reference(baseline, inputs, input_shapes, Criterion.of(tolerance))
     # a strategy that reads weights as arrays from the proto gets them read in (a copy of every weight)
     given_model = original if getattr(chosen, "reads_references", False) or not has_references(original) \
         else materialized(original)
@@ -232,21 +240,40 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
     result.census = census(compressed)
-    validator = None
-    if validate:  # the original's reference runs first: a model onnxruntime cannot run is bad input (exit 2)
-        from gsrewrite.validation import Validator
-
-        with stage("validating: reference run"):
-            validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=result.criterion)
     if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(original, compressed):
         why = "; ".join(notes) or "the strategy left every weight as it was"
         raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
                                      "nothing written", result)
     if validator is not None:
-        _validate(result, chosen, given_model, baseline, given, changed, validator, inputs, input_shapes, start)
+        _validate(result, chosen, given_model, given, changed, validator, start)
     if bench_runs:
         _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
     return result
+
+
+def _reference(baseline: Any, inputs: Any, input_shapes: Any, criterion: Criterion) -> Validator:
+    """The original's outputs on validation's inputs, with as many input sets per size as the rates need (a few
+    labels cannot show a 1% change: judged on more generated sets, see :func:`_rate_runs`). Runs before the
+    strategy, so that onnxruntime's session of the original never shares memory with the compressed model."""
+    from gsrewrite.validation import Validator
+    from gsrewrite.validation.validator import compare_run
+
+    validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=criterion)
+    if inputs is not None:
+        return validator
+    samples: dict[str, int] = {}  # elements of each label output, rows of each set of class scores
+    for outputs in validator.outputs:  # the original against itself: which outputs hold labels or class scores
+        for compared in compare_run(0, outputs[0], outputs[0], criterion.atol, criterion.rtol, criterion=criterion,
+                                    class_axes=validator.class_axes):
+            if compared.exact or compared.top1_rows:
+                count = compared.elements if compared.exact else compared.top1_rows
+                samples[compared.name] = samples.get(compared.name, 0) + count
+    runs = _rate_runs(list(samples.values()))
+    if runs == 1:
+        return validator
+    del validator
+    release()
+    return Validator(baseline, input_shapes=input_shapes, runs=runs, criterion=criterion)
 
 
 def _load(path: str) -> onnx.ModelProto:
@@ -267,22 +294,14 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
     return answer.model, list(getattr(answer, "notes", [])), list(getattr(answer, "quantized_nodes", []))
 
 
-def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, baseline: Any,
-              options: dict[str, Any], changed: list[str], validator: Validator, inputs: Any, input_shapes: Any,
-              start: float) -> None:
-    """Compare with the baseline (its outputs computed once), bisect when the strategy allows it, or raise.
+def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
+              changed: list[str], validator: Validator, start: float) -> None:
+    """Compare with the original's outputs (computed once), bisect when the strategy allows it, or raise.
     ``start``: when the compression began (a bisection may take BISECT_TIME_FACTOR times what it took up to
     here)."""
-    from gsrewrite.validation import Validator
-
     with stage("validating"):
         result.outputs = validator.check(result.model).outputs
-        runs = _rate_runs(result.outputs) if inputs is None else 1
-        if runs > 1:  # a few labels cannot show a 1% change: judge (and bisect) on more generated input sets
-            validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, runs=runs,
-                                  criterion=result.criterion)
-            result.outputs = validator.check(result.model).outputs
-    result.validated, result.validation_runs = True, runs
+    result.validated, result.validation_runs = True, validator.runs
     if not result.ok and changed and "exclude" in getattr(strategy, "options", ()):
         budget = BISECT_TIME_FACTOR * (time.perf_counter() - start)
         with stage("bisecting"):
@@ -294,10 +313,10 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
                                   f"nothing written{hint}\n{result.report()}", result)
 
 
-def _rate_runs(outputs: list[OutputComparison]) -> int:
-    """The input sets per size that give every label output (integer/bool) and every set of class scores at least
-    MIN_RATE_SAMPLES elements or rows to judge a rate on (at most MAX_RATE_RUNS; 1 when one run gives enough)."""
-    samples = [o.elements if o.exact else o.top1_rows for o in outputs if o.exact or o.top1_rows]
+def _rate_runs(samples: list[int]) -> int:
+    """The input sets per size that give every label output (integer/bool) and every set of class scores (their
+    elements or rows in one set per size: ``samples``) at least MIN_RATE_SAMPLES elements or rows to judge a rate
+    on (at most MAX_RATE_RUNS; 1 when one run gives enough)."""
     fewest = min((n for n in samples if n), default=MIN_RATE_SAMPLES)
     return min(MAX_RATE_RUNS, max(1, math.ceil(MIN_RATE_SAMPLES / fewest)))
 
