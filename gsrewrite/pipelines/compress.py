@@ -240,7 +240,7 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
     result.census = census(compressed)
-    if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(original, compressed):
+    if result.weight_bytes[1] >= result.weight_bytes[0] and same_weights(given_model, compressed):
         why = "; ".join(notes) or "the strategy left every weight as it was"
         raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
                                      "nothing written", result)

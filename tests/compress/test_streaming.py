@@ -256,3 +256,18 @@ def test_stage_logs_its_peak_against_the_weights(caplog: Any) -> None:
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("stage filling: peak RSS"))
     ratio = float(line.split("(")[1].split("x")[0])
     assert ratio > 0.6, line
+
+
+def test_nothing_to_compress_holds_for_weights_left_in_the_file(tmp_path: Path) -> None:
+    """fp16 reads its weights in (it does not read references): a weight beyond float16's range, 16 KB so the
+    command leaves it in the file, is still seen unchanged, and nothing is written (issue 24)."""
+    weight = np.full((64, 64), 1e6, np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "big",
+                              [helper.make_tensor_value_info("x", F, [2, 64])],
+                              [helper.make_tensor_value_info("y", F, None)], [numpy_helper.from_array(weight, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GSREWRITE_")}
+    done = subprocess.run([str(GSREWRITE), "compress", "m.onnx", "out.onnx", "-s", "fp16", "--bench-runs", "0"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert done.returncode == 1 and "nothing to compress: fp16 changed no weight" in done.stderr, done.stderr
+    assert not (tmp_path / "out.onnx").exists()
