@@ -227,13 +227,13 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
         raise UsageError(f"strategy {strategy!r} has no option {unknown[0]!r} "
                          f"(options: {', '.join(getattr(chosen, 'options', ()))})")
     validator = None
+    start = time.perf_counter()  # one compression: the reference run, the strategy, the candidate's validation
     if validate:  # the reference first, alone in memory: a model onnxruntime cannot run is bad input (exit 2)
         with stage("validating: reference run"):
             validator = _reference(baseline, inputs, input_shapes, Criterion.of(tolerance))
     # a strategy that reads weights as arrays from the proto gets them read in (a copy of every weight)
     given_model = original if getattr(chosen, "reads_references", False) or not has_references(original) \
         else materialized(original)
-    start = time.perf_counter()
     with stage(f"compressing ({strategy})"):
         compressed, notes, changed = _run(chosen, given_model, given)
     result = CompressResult(compressed, strategy, given, tolerance, notes)
@@ -297,8 +297,8 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
 def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
               changed: list[str], validator: Validator, start: float) -> None:
     """Compare with the original's outputs (computed once), bisect when the strategy allows it, or raise.
-    ``start``: when the compression began (a bisection may take BISECT_TIME_FACTOR times what it took up to
-    here)."""
+    ``start``: when the compression began, its reference run included (a bisection may take BISECT_TIME_FACTOR
+    times what it took up to here)."""
     with stage("validating"):
         result.outputs = validator.check(result.model).outputs
     result.validated, result.validation_runs = True, validator.runs
