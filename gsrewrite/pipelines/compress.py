@@ -57,9 +57,10 @@ MAX_SLOWDOWN = 1.10
 #: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
 MIN_RATE_SAMPLES = 200
 MAX_RATE_RUNS = 64
-#: a bisection stops (the result refused as out of tolerance) once it has taken this many times what the first
-#: compression and its validation took: a compress that misses its tolerance ends within ~5x one compress
-BISECT_TIME_FACTOR = 4.0
+#: a bisection stops (the result refused as out of tolerance) before a step that would end past this many times
+#: what the first compression and its validation took: a compress that misses its tolerance ends within ~5x one
+#: compress (one compress also benches and saves)
+BISECT_TIME_FACTOR = 3.5
 #: the option that relaxes each metric a tolerance judges (a NaN/inf pattern is never relaxed)
 RELAXED_BY = {"cosine": "--min-cosine", "max abs": "--max-abs", "agreement": "--min-agreement", "top-1": "--min-top1"}
 #: the fields of a Tolerance, each overridable in compress()
@@ -342,10 +343,14 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
         release()  # the step's candidate and session are gone: their memory goes back before the next step
         return ok, outcome
 
+    began = time.perf_counter()
+
     def more() -> bool:
         if runs >= MAX_BISECT_RUNS:
             return False
-        if time.perf_counter() > deadline:
+        now = time.perf_counter()
+        step = (now - began) / runs if runs else 0.0  # a step takes about what the steps so far took
+        if now + step > deadline:
             log.warning("bisection stopped after %d run(s): its time budget (%.3gx the first compression) is spent",
                         runs, BISECT_TIME_FACTOR)
             return False
