@@ -232,6 +232,7 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     if validate:  # the reference first, alone in memory: a model onnxruntime cannot run is bad input (exit 2)
         with stage("validating: reference run"):
             validator = _reference(baseline, inputs, input_shapes, Criterion.of(tolerance))
+    timed = _time_original(baseline, inputs, input_shapes, bench_runs, bench_threads) if bench_runs else None
     # a strategy that reads weights as arrays from the proto gets them read in (a copy of every weight)
     given_model = original if getattr(chosen, "reads_references", False) or not has_references(original) \
         else materialized(original)
@@ -247,8 +248,8 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
                                      "nothing written", result)
     if validator is not None:
         _validate(result, chosen, given_model, given, changed, validator, start)
-    if bench_runs:
-        _bench(result, baseline, inputs, input_shapes, bench_runs, bench_threads, allow_slower)
+    if timed is not None:
+        _bench(result, timed, bench_runs, bench_threads, allow_slower)
     return result
 
 
@@ -380,23 +381,42 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
     result.excluded = excluded
 
 
-def _bench(result: CompressResult, baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int,
-           allow_slower: bool) -> None:
-    """Time the baseline, then the result: one session at a time (two sessions of a large model side by side
-    would double the memory the request needs). A result slower than MAX_SLOWDOWN times the baseline is timed
-    again in the other order (the minima of both measurements count) and refused unless ``allow_slower``."""
+@dataclass
+class _Timed:
+    """The original's latency, measured before the strategy ran, and what timing the result needs."""
+
+    baseline: Any
+    feed: dict[str, Any]
+    ms: float
+
+
+def _time_original(baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int) -> _Timed:
+    """The original's latency (min of ``runs``), timed before the strategy runs: its session never shares memory
+    with the compressed model."""
     from gsrewrite.pipelines.bench import bench, bench_inputs
 
-    def alone(label: str, model: Any) -> float:
-        return bench([(label, model)], runs=runs, threads=threads, inputs=feed).timings[0].min_ms
-
-    with stage("benchmarking"):
+    with stage("benchmarking the original"):
         feed = bench_inputs(getattr(baseline, "proto", baseline), inputs, input_shapes)
-        before = alone("original", baseline)
+        ms = bench([("original", baseline)], runs=runs, threads=threads, inputs=feed).timings[0].min_ms
+    return _Timed(baseline, feed, ms)
+
+
+def _bench(result: CompressResult, timed: _Timed, runs: int, threads: int, allow_slower: bool) -> None:
+    """Time the result alone (the original was timed alone before: never two sessions at once, which for a large
+    model would double the memory the request needs). A result slower than MAX_SLOWDOWN times the original is
+    timed again, after the original again (the minima of both measurements count), and refused unless
+    ``allow_slower``."""
+    from gsrewrite.pipelines.bench import bench
+
+    def alone(label: str, model: Any) -> float:
+        return bench([(label, model)], runs=runs, threads=threads, inputs=timed.feed).timings[0].min_ms
+
+    before = timed.ms
+    with stage("benchmarking"):
         after = alone(result.strategy, result.model)
         if after > MAX_SLOWDOWN * before and not allow_slower:  # once more before refusing: a noisy moment
+            before = min(before, alone("original", timed.baseline))
             after = min(after, alone(result.strategy, result.model))
-            before = min(before, alone("original", baseline))
     result.latency_ms = (before, after)
     if after > MAX_SLOWDOWN * before and not allow_slower:
         raise SlowerModelError(
