@@ -6,7 +6,7 @@ bisection within 5x one compress).
 
 Each case runs the installed ``gsrewrite -v compress`` in a subprocess under ``/usr/bin/time -v`` (peak RSS: its
 "Maximum resident set size", the kernel's high-water mark of the whole process), one case at a time; the
-``-v`` stage lines give each stage's peak (``gsrewrite/stage_memory.py``). Cases: each strategy with a tolerance
+``-v`` stage lines give each stage's peak (``gsrewrite/stages.py``). Cases: each strategy with a tolerance
 it meets and ``--allow-slower`` (one compress: quantize, validate, latency bench, save), with its default
 tolerance, and int4 with
 ``--min-top1 0.999``, which a random-weight model misses, so that the bisection runs. The weights are the
@@ -62,8 +62,8 @@ def run_case(model: str, args: list[str], folder: str) -> Case:
     wall = time.perf_counter() - start
     found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr)
     peak_kib = int(found.group(1)) if found else 0
-    stages = re.findall(r"stage (.+?): peak RSS ([\d.]+) GB \(([\d.]+)x weights\)", done.stderr)
-    timings = dict(re.findall(r"INFO: ([^\n]+?): ([\d.]+) s\n", done.stderr))
+    stages = re.findall(r"INFO: (.+?): [\d.]+ s, peak RSS ([\d.]+) GB \(([\d.]+)x weights\)", done.stderr)
+    timings = dict(re.findall(r"INFO: ([^\n]+?): ([\d.]+) s[,\n]", done.stderr))
     verdict = "written" if done.returncode == 0 else next(
         (line for line in done.stderr.splitlines() if line.startswith("error:")), f"exit {done.returncode}")
     for path in Path(folder).iterdir():

@@ -35,7 +35,7 @@ from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
-from gsrewrite.stages import stage
+from gsrewrite.stages import stage, weights
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def apply(
     """
     fusions = Fusions(tuple(patterns), target, device, RewriteOptions(tuple(pattern_files), opset, explain, registry))
     source = Source.of(model)
-    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))
     result.weights_dir = source.weights_dir
     return result

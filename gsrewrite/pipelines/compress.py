@@ -35,10 +35,11 @@ from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
 from gsrewrite.model_io.weights import has_references, materialized, weights_from
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
+from gsrewrite.pipelines.options import TOLERANCE_FIELDS
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
-from gsrewrite.stage_memory import release, stage, weights
+from gsrewrite.stages import release, stage, weights
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
@@ -46,6 +47,7 @@ from gsrewrite.validation.run_limits import time_limited_runs
 if TYPE_CHECKING:
     from gsrewrite.pipelines.options import Source
     from gsrewrite.validation import Validator
+
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,6 @@ BISECT_TIME_FACTOR = 3.5
 #: the option that relaxes each metric a tolerance judges (a NaN/inf pattern is never relaxed)
 RELAXED_BY = {"cosine": "--min-cosine", "max abs": "--max-abs", "agreement": "--min-agreement", "top-1": "--min-top1"}
 #: the fields of a Tolerance, each overridable in compress()
-TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
-
-
 def strategies() -> NamedRegistry[CompressionStrategy]:
     """Every registered strategy (built-in and plugins'), by name."""
     registry: NamedRegistry[CompressionStrategy] = NamedRegistry("compression strategy")

@@ -29,6 +29,7 @@ from gsrewrite.pipelines.options import (
     validation_kwargs,
 )
 from gsrewrite.pipelines.simplify import Settings, likely_to_change, run_passes
+from gsrewrite.stages import weights
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def optimize(
         # an unknown name, a tolerance given twice or out of its range: refused before any work
         Criterion.of(tolerance_of(strategies().get(compression.strategy), **compression.tolerance())).check()
     source = Source.of(model)
-    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
     result.seconds = time.perf_counter() - start
     result.weights_dir = source.weights_dir

@@ -59,6 +59,18 @@ class Source:
             return cls.of(path)  # external data outside the main graph's initializers: read whole, as before
         return cls(model, path, os.path.dirname(os.path.abspath(os.fspath(path))) if main else None)
 
+    def weight_bytes(self) -> int:
+        """The declared bytes of the model's initializers (the unit of the ``-v`` stage lines' memory ratio)."""
+        from gsrewrite.model_io.tensors import declared_nbytes
+
+        total = 0
+        for tensor in self.model.graph.initializer:
+            try:
+                total += declared_nbytes(tensor)
+            except (KeyError, ValueError, TypeError):  # a type without a size: not counted
+                continue
+        return total
+
     def derived(self, model: onnx.ModelProto) -> Source:
         """A source for ``model`` made from this one (no file of its own; its references read from the same
         folder)."""
@@ -142,6 +154,10 @@ class RewriteOptions:
     registry: PatternRegistry | None = None
 
 
+#: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)
+TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")
+
+
 @dataclass(frozen=True)
 class CompressOptions:
     """A compression run after the fusions: the strategy's name, its own options (keyword arguments of
@@ -163,8 +179,6 @@ class CompressOptions:
     def tolerance(self) -> dict[str, Any]:
         """The tolerance overrides given (as fields or, as before, in ``options``) by ``compress``'s keyword names;
         one given both ways is a :class:`~gsrewrite.errors.UsageError`."""
-        from gsrewrite.pipelines.compress import TOLERANCE_FIELDS
-
         fields = {name: getattr(self, name) for name in TOLERANCE_FIELDS if getattr(self, name) is not None}
         listed = {name: self.options[name] for name in TOLERANCE_FIELDS if self.options.get(name) is not None}
         twice = sorted(set(fields) & set(listed))

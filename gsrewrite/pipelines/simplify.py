@@ -31,7 +31,7 @@ from gsrewrite.simplifier.passes.base import SimplifyOptions
 from gsrewrite.simplifier.passes.fold_constants import skipped_folds
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import SimplifyResult
-from gsrewrite.stages import stage
+from gsrewrite.stages import stage, weights
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def simplify(
                         limits or SimplifyLimits())
     passes = _passes(settings)  # a bad name fails before any work
     source = Source.of(model)
-    with weights_from(source.weights_dir):  # the request reads its weights from the model's files
+    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _simplify(source, settings, passes, validation_kwargs(validate), input_shapes)
     result.seconds = time.perf_counter() - start
     result.weights_dir = source.weights_dir
