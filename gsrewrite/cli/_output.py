@@ -109,7 +109,7 @@ class _StageText(logging.Handler):
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table | Text:
     """A rich table on a terminal, else the same table as plain aligned text (what logs and pipes want, and
-    ~100x cheaper to render: rich took ~7 ms per 20-row table); numeric-looking columns are right-aligned."""
+    far cheaper to render: benchmarks/results/code_figures.md); numeric-looking columns are right-aligned."""
     rows = list(rows)
     if not sys.stdout.isatty():
         return Text(plain_table(title, columns, rows))

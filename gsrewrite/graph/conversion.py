@@ -109,7 +109,7 @@ def _bare(node: onnx.NodeProto) -> onnx.NodeProto:
 
 def _data_bytes(tensor: onnx.TensorProto) -> int:
     """The size of the ``raw_data`` payload, from the declaration when it can be (reading ``raw_data`` copies
-    it: 20 ms for a 94 MB embedding; loading checked that payloads match their declarations)."""
+    it: benchmarks/results/code_figures.md; loading checked that payloads match their declarations)."""
     if not tensor.HasField("raw_data"):
         return 0
     try:

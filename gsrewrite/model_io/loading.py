@@ -58,8 +58,8 @@ def load_model_bytes(
 @contextmanager
 def _mapped_file(name: str) -> Iterator[bytes | memoryview]:
     """The file's bytes as a view of a read-only mapping, valid inside the block: protobuf parses from it
-    directly (GPT-2 base, 328 MB: 600 -> 340 ms against reading the file into bytes first, and the parsed model
-    holds its own copy either way)."""
+    directly (faster than reading the file into bytes first: benchmarks/results/code_figures.md; the parsed
+    model holds its own copy either way)."""
     _read_file_checks(name)
     with contextlib.ExitStack() as stack:
         try:  # only opening and mapping are reading the file: an OSError of the caller's block is its own

@@ -135,7 +135,7 @@ def _sound_raw_tensor(tensor: TensorProto, cap: int, raw_length: int | None = No
     """True for an inline raw_data tensor of a whole-byte type whose payload matches its declaration within the
     cap (the checks of checked_nbytes and check_tensor_data, without their function calls); False otherwise.
     ``raw_length``: the payload's length when known from the serialized bytes (``len(tensor.raw_data)`` copies
-    the payload: 213 ms for GPT-2 base's 328 MB)."""
+    the payload: benchmarks/results/code_figures.md)."""
     itemsize = _ITEMSIZES.get(tensor.data_type)
     if itemsize is None or not tensor.HasField("raw_data") or is_external(tensor):
         return False

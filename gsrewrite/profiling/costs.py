@@ -455,7 +455,8 @@ _THREADED_BYTES = 16 << 20
 
 class _SparsityJobs:
     """The sparsity of the weights, computed on worker threads while the nodes are walked (numpy scans the
-    arrays without the GIL: reading 170-330 MB of weights was more than half of a profile's time). Each worker
+    arrays without the GIL: reading the weights was most of a profile's time, benchmarks/results/code_figures.md).
+    Each worker
     scans one run of weights in file order; a model with little to scan is scanned on the calling thread."""
 
     def __init__(self, base_dir: str | None, enabled: bool = True) -> None:

@@ -1,7 +1,7 @@
 """Hand an in-memory model to onnxruntime without serializing its weights.
 
-onnxruntime parses a serialized model and copies every initializer out of the buffer (BERT-base, 255 MB: ~0.2 s
-of session creation, on top of ~0.15 s to serialize). Instead the graph is serialized with its large
+onnxruntime parses a serialized model and copies every initializer out of the buffer (a cost measured in
+benchmarks/results/validation_sessions.md). Instead the graph is serialized with its large
 initializers marked as external data, and the weights are given to the session as arrays
 (``SessionOptions.add_external_initializers``): views of the model's serialized bytes when the caller has them,
 else one copy of each payload. onnxruntime 1.32 copies them into its own buffers at session creation, but its

@@ -168,9 +168,8 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
     with it), :class:`ValidationError` for any other.
 
     ``reuse_memory=False`` skips onnxruntime's buffer-reuse planning (every intermediate gets its own
-    buffer): for small inputs that more than halves session
-    creation (24 -> 9 ms for a 300-node GPT-2; the planning dominated it), at a memory cost that grows with the
-    activations. Both models of a comparison are run with the same settings.
+    buffer): for small inputs that more than halves session creation (the planning dominated it:
+    benchmarks/results/code_figures.md), at a memory cost that grows with the activations. Both models of a comparison are run with the same settings.
     """
     import onnxruntime as ort
 

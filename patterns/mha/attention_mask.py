@@ -54,9 +54,8 @@ logger = logging.getLogger(__name__)
 MAX_FILTER_VALUE = -1e4
 #: What onnxruntime gets for a padding bias of float32's lowest value. Both give a fully masked row the same
 #: uniform weights: a score below 4e12 vanishes into either when added (ulp(1e20) = 8.8e12), and any other
-#: masked key gets exactly 0 from either. onnxruntime's CPU attention is ~4% faster with it (bert.legacy, 3
-#: sessions each among 24: 1.048 -> 0.998 ms; -1e12 alike, float32 min not). (-inf is refused: a fully
-#: masked row is NaN in the original.)
+#: masked key gets exactly 0 from either. onnxruntime's CPU attention is faster with it (-1e12 alike, float32
+#: min not: benchmarks/results/code_figures.md). (-inf is refused: a fully masked row is NaN in the original.)
 ORT_LOWEST_FILTER = -1e20
 #: onnxruntime's unidirectional Attention gives future keys float32's lowest value, whatever mask_filter_value
 #: says. A query whose visible keys are all padded (left padding) then attends uniformly to the keys that have
