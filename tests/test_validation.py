@@ -440,20 +440,6 @@ def test_dynamic_dims_grow_until_the_original_runs():
         validate(conv, conv, input_shapes={"samples": 16})
 
 
-def test_memory_reuse_planning_is_skipped_only_for_small_inputs(monkeypatch):
-    # token ids stay small even at the largest grown size; an image with dynamic height and width does not
-    from gsrewrite.validation import runner, validator
-
-    seen = []
-    real = runner.open_session
-    monkeypatch.setattr(validator, "open_session", lambda *a, **k: (seen.append(a[2]), real(*a, **k))[1])
-    assert validate(embedding_model(rows=100), embedding_model(rows=100)).ok
-    image = make_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", F, ["batch", 3, "h", "w"])],
-                       [_vi("y", F, ["batch", 3, "h", "w"])])
-    assert validate(image, image).ok
-    assert seen == [False, False, True, True]  # original and candidate of each
-
-
 def test_rank0_bool_input_is_generated_as_an_array():
     from gsrewrite.testing import model_from_text
 
@@ -464,15 +450,3 @@ def test_rank0_bool_input_is_generated_as_an_array():
     }""")
     report = validate(model, model)
     assert report.ok
-
-
-def test_small_models_run_on_one_thread_and_big_ones_on_the_default_pool():
-    from gsrewrite.validation.runner import SINGLE_THREAD_BYTES, ModelSource, open_session
-
-    with open_session(ModelSource("original", bias_model())) as session:
-        assert session.session.get_session_options().intra_op_num_threads == 1
-    big = onnx.TensorProto(name="w", data_type=F, dims=[SINGLE_THREAD_BYTES // 4 + 1])  # declared only
-    model = bias_model()
-    model.graph.initializer.append(big)
-    assert runner_module._weight_bytes(model) > SINGLE_THREAD_BYTES
-    assert runner_module._weight_bytes(bias_model()) == 8 * 4

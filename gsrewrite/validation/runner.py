@@ -29,7 +29,6 @@ from google.protobuf.message import EncodeError
 
 from gsrewrite.errors import CannotValidateError, ValidationError
 from gsrewrite.model_io.functions import expansion_problem
-from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
 from gsrewrite.validation.run_limits import RunTimeLimitError, limited_run
@@ -168,8 +167,9 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
     with it), :class:`ValidationError` for any other.
 
     ``reuse_memory=False`` skips onnxruntime's buffer-reuse planning (every intermediate gets its own
-    buffer): for small inputs that more than halves session creation (the planning dominated it:
-    benchmarks/results/code_figures.md), at a memory cost that grows with the activations. Both models of a comparison are run with the same settings.
+    buffer): for the one-off sessions of small probes (shape checks, side computations) that more than halves
+    session creation (benchmarks/results/code_figures.md), at a memory cost that grows with the activations.
+    Validation plans reuse (its sessions run the model's real sizes).
     """
     import onnxruntime as ort
 
@@ -178,7 +178,7 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
         if source.role == "original":
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
-    options = _bench_options(bench) if bench is not None else _validation_options(source, reuse_memory)
+    options = _bench_options(bench) if bench is not None else _validation_options(reuse_memory)
     if source.path is None and source.weights_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", source.weights_dir)
     keep = contextlib.ExitStack()
@@ -205,21 +205,20 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
                    input_names=[i.name for i in session.get_inputs()], _keep=keep)
 
 
-def _validation_options(source: ModelSource, reuse_memory: bool) -> Any:
+def _validation_options(reuse_memory: bool) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    # Both settings below are per session and were measured at base width (benchmarks/results/
+    # validation_sessions.md); each saves >= 5% of optimize/simplify wall time there.
     # idle pool threads sleep instead of spinning: the reference run works beside the rewrite (a worker thread),
-    # and spinning threads took the CPU the rewrite needed (optimize on a 2-core machine: ~10-15% slower)
+    # and spinning threads take the CPU the rewrite needs
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_mem_reuse = reuse_memory
-    if _weight_bytes(source.proto) <= SINGLE_THREAD_BYTES:
-        options.intra_op_num_threads = 1
     # no prepacking of GEMM weights: a validation session runs 2-3 times, and packing every weight at session
-    # creation costs more than packing on the fly in those runs (ViT-base: session 0.10-0.15 -> 0.04-0.05 s,
-    # two runs +0.012 s)
+    # creation costs more than packing on the fly in those runs
     options.add_session_config_entry("session.disable_prepacking", "1")
     return options
 
@@ -302,20 +301,6 @@ def warn_unvalidated(model: onnx.ModelProto) -> None:
     if reason is not None and (model.graph.name, reason) not in _warned:
         _warned.add((model.graph.name, reason))
         log.warning("not validated, and onnxruntime could not have validated it: %s", reason)
-
-
-#: Models with at most this many bytes of weights run on one thread: on validation's small inputs a thread pool
-#: gains less than it costs to create, and the reference run shares the CPU with the rewrite beside it (2-5% of
-#: simplify/optimize wall time on BERT/GPT-2/ResNet exports); bigger models get onnxruntime's default pool.
-SINGLE_THREAD_BYTES = 64 << 20
-
-
-def _weight_bytes(model: onnx.ModelProto) -> int:
-    """The declared size of the main graph's initializers (shapes only: cheap, external data included)."""
-    try:
-        return sum(declared_nbytes(t) for t in model.graph.initializer)
-    except (KeyError, ValueError, TypeError):  # a type without a size: onnxruntime will say what is wrong
-        return SINGLE_THREAD_BYTES + 1
 
 
 def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memory_first: bool = True

@@ -21,7 +21,7 @@ from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
-from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec, resolve_shapes
+from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
 from gsrewrite.validation.sizes import (
     Shapes,
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 
 #: Generated inputs are not grown beyond this many elements in all (64 MB of float32).
 MAX_GROWN_ELEMENTS = 1 << 24
-#: Generated inputs up to this many elements in all skip onnxruntime's memory-reuse planning.
-SMALL_INPUT_ELEMENTS = 1 << 16
 
 
 def validate(
@@ -110,9 +108,8 @@ class Validator:
         check_outputs(self.original)
         self.specs = model_inputs(self.original.proto)
         self.class_axes = class_axes(self.original.proto)
-        self.reuse_memory = not _small_inputs(self.specs, self.original, inputs, input_shapes)
         given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
-        with open_session(self.original, providers, self.reuse_memory) as session:
+        with open_session(self.original, providers) as session:
             self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
@@ -207,7 +204,7 @@ class Validator:
         model = resolve_model(candidate, "candidate")
         check_same_inputs(self.specs, model_inputs(model.proto))
         per_run: list[OutputComparison] = []
-        with open_session(model, self.providers, self.reuse_memory) as session:
+        with open_session(model, self.providers) as session:
             for input_set, expected in zip(self.sets, self.outputs, strict=True):
                 for run in range(self.runs):
                     outputs = _run(session, input_set.feed(run), input_set.described)
@@ -286,20 +283,6 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
                                   "random; give real values with --inputs FILE.npz (keys = input names)") from None
         shapes = ", ".join(f"{name} {d['dtype']}{d['shape']}" for name, d in described.items())
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
-
-
-def _small_inputs(specs: list[Any], original: ModelSource, inputs: InputSource | None,
-                  input_shapes: ShapeSpec | None) -> bool:
-    """Inputs of at most SMALL_INPUT_ELEMENTS in all (token ids, short audio), even at the largest size the
-    dynamic dims may grow to: activations stay small enough to give every intermediate its own buffer.
-    Unknown sizes count as large."""
-    if inputs is not None:
-        return False
-    try:  # the shapes alone: the value ranges (a walk over the graph) are planned once, for the real inputs
-        shapes = resolve_shapes(specs, input_shapes, GROWN_DEFAULTS[-1])
-    except (InputDataError, UsageError):
-        return False
-    return sum(int(np.prod(shape)) for shape in shapes.values()) <= SMALL_INPUT_ELEMENTS
 
 
 def _fold_runs(per_run: list[OutputComparison], criterion: Criterion) -> list[OutputComparison]:
