@@ -34,6 +34,7 @@ _WHERE: dict[str, str] = {
     "run_once": "gsrewrite.validation.runner",
     "model_session": "gsrewrite.validation.runner",
     "load_npz_files": "gsrewrite.validation.npz_files",
+    "profile_op": "gsrewrite.plugin_hooks",  # the plugins' answer for one node's cost (a plugin's own command)
     "load_model": "gsrewrite.model_io",
     "save_model": "gsrewrite.model_io",
     "tensor_values": "gsrewrite.model_io.weights",

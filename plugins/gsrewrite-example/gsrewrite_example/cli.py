@@ -14,10 +14,9 @@ def example_hello(model: str) -> None:
     """Print how many example.com MyRelu nodes MODEL has, and the bytes they touch."""
     import onnx_graphsurgeon as gs
 
-    import gsrewrite
-    from gsrewrite.plugin_hooks import profile_op
+    from gsrewrite.plugin_api import load_model, profile_op
 
-    graph = gs.import_onnx(gsrewrite.load_model(model))
+    graph = gs.import_onnx(load_model(model))
     nodes = [node for node in graph.nodes if is_my_relu(node)]
     costs = [profile_op(node, None) for node in nodes]  # answered by this plugin, through gsrewrite
     sizes = [cost.memory_bytes for cost in costs if cost is not None and cost.memory_bytes is not None]
