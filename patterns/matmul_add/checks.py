@@ -12,7 +12,8 @@ from gsrewrite.plugin_api import Match, reads
 @reads("a", "b", "bias")
 def gemm_compatible(match: Match) -> str | None:
     """MatMul + Add is a valid Gemm: 2-D A, constant 2-D B, bias broadcastable to [M, N] along rows. Shapes only:
-    the weights' values are never read (loading a weight per candidate was measured: benchmarks/results/code_figures.md)."""
+    the weights' values are never read (loading a weight per candidate was measured:
+    benchmarks/results/code_figures.md)."""
     a_shape = match.shape("a")
     if a_shape is None or len(a_shape) != 2:
         return f"A has rank {len(a_shape) if a_shape is not None else 'unknown'}, Gemm needs 2"
