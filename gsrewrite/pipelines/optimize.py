@@ -18,7 +18,7 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.weights import materialized, weights_from
+from gsrewrite.model_io.weights import weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
 from gsrewrite.pipelines.options import (
     CompressOptions,
@@ -163,9 +163,8 @@ def _compress(result: RewriteResult, original: onnx.ModelProto, compression: Com
     from gsrewrite.pipelines.compress import compress
 
     given = validation or {}
-    # the strategies read weights as arrays from the model itself: the references are read in first (issue 27:
-    # the strategies are to stream)
-    compressed = compress(materialized(result.model), compression.strategy, reference=original,
+    # a weightless model as it is: compress reads the references in for a strategy that does not read them itself
+    compressed = compress(result.model, compression.strategy, reference=original,
                           validate=validation is not None, inputs=given.get("inputs"),
                           input_shapes=given.get("input_shapes"), bench_runs=0, **compression.kwargs())
     result.compressed = compressed
