@@ -21,22 +21,11 @@ class Compressed:
 def without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` without its main graph's initializers (a strategy adds those it keeps and those it
     makes: a weight it quantizes is never copied)."""
+    from gsrewrite.plugin_api import copy_fields
+
     light = onnx.ModelProto()
-    for field_, value in model.ListFields():
-        if field_.name != "graph":
-            if field_.is_repeated:
-                getattr(light, field_.name).extend(value)
-            elif field_.message_type is not None:
-                getattr(light, field_.name).CopyFrom(value)
-            else:
-                setattr(light, field_.name, value)
-    for field_, value in model.graph.ListFields():
-        if field_.name == "initializer":
-            continue
-        if field_.is_repeated:
-            getattr(light.graph, field_.name).extend(value)
-        else:
-            setattr(light.graph, field_.name, value)
+    copy_fields(light, model, skip=("graph",))
+    copy_fields(light.graph, model.graph, skip=("initializer",))
     return light
 
 
