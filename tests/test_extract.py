@@ -66,3 +66,15 @@ def test_the_cli_writes_the_sub_model_and_refuses_bad_names(tmp_path: Path):
     bad = subprocess.run([str(GSREWRITE), "extract", "m.onnx", "--inputs", "zz", "--outputs", "y", "-o", "t.onnx"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and not (tmp_path / "t.onnx").exists()
+
+
+def test_the_output_is_never_the_input_data_file(tmp_path: Path):
+    """-o naming the --input-data file it reads: one line, exit 2, the file unchanged (it was overwritten)."""
+    onnx.save(_model(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "d.npz", x=np.ones((2, 8), np.float32), unused=np.ones((2, 8), np.float32))
+    before = (tmp_path / "d.npz").read_bytes()
+    done = subprocess.run([str(GSREWRITE), "extract", "m.onnx", "--inputs", "x", "--outputs", "y", "-o", "d.npz",
+                           "--input-data", "d.npz"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error:") and "--input-data" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "d.npz").read_bytes() == before

@@ -31,9 +31,11 @@ def extract(model: str, inputs: tuple[str, ...], outputs: tuple[str, ...], outpu
     needs, typed inputs and outputs, and (by default) checked against the full model."""
     from gsrewrite.errors import ValidationError
     from gsrewrite.model_io import check_output_path, load_model, save_model
+    from gsrewrite.model_io.saving import check_not_read
     from gsrewrite.pipelines.extract import extract as run_extract
 
     check_output_path(output, input_path=model)
+    check_not_read(output, [("--input-data", input_data)])
     sizes = input_shapes(input_shape)
     with working(f"extracting from {model}..."):
         result = run_extract(load_model(model), _names(inputs), _names(outputs), validate=validate,

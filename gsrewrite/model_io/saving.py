@@ -255,6 +255,15 @@ def _file_key(path: str) -> object:
         return ("path", os.path.realpath(path))
 
 
+def check_not_read(output: str | os.PathLike[str], read: Sequence[tuple[str, str | os.PathLike[str] | None]]) -> None:
+    """Raise OutputError when ``output`` is one of the files a command reads besides its model (``read``: (what
+    the user calls it, path) pairs, e.g. ``("--input-data", "d.npz")``); checked before any work."""
+    for what, path in read:
+        if path is not None and _same_file(os.fspath(output), os.fspath(path)):
+            raise OutputError(f"refusing to overwrite '{os.fspath(output)}': it is the {what} file this command "
+                              "reads; choose another output")
+
+
 def _check_not_input(target: str, shown: str, input_path: str, in_place: bool) -> None:
     if _same_file(target, input_path):
         if not in_place:
