@@ -53,6 +53,15 @@ def _cache_bytecode_of_subprocesses(config: pytest.Config) -> None:
     del os.environ["PYTHONDONTWRITEBYTECODE"]  # the xdist workers, started later, inherit both
 
 
+# --- numpy's BLAS threads in the tests' subprocesses -------------------------------------------------------
+# numpy's OpenBLAS starts one thread per core at import, and they spin before they sleep: ~0.09 s of CPU per
+# launch of the installed script on this 2-core machine (`gsrewrite info` on a tiny model: 0.415 -> 0.327 s CPU,
+# the same wall time; farm-bench, 10 runs), i.e. ~35 s over the suite's few hundred launches. No test measures
+# BLAS speed, so the subprocesses run it single-threaded unless the environment already says otherwise.
+def _single_threaded_blas_in_subprocesses() -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 # --- meta-checks: every pattern fires, every hook is called -------------------------------------------------
 # Self-contained: the plugin below is one object, registered in pytest_configure.
 #
@@ -279,4 +288,5 @@ class _MetaChecks:
 
 def pytest_configure(config: pytest.Config) -> None:
     _cache_bytecode_of_subprocesses(config)
+    _single_threaded_blas_in_subprocesses()
     config.pluginmanager.register(_MetaChecks(config), "gsrewrite-meta-checks")
