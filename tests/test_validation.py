@@ -450,3 +450,26 @@ def test_rank0_bool_input_is_generated_as_an_array():
     }""")
     report = validate(model, model)
     assert report.ok
+
+
+def test_validation_sessions_prepack_only_4_bit_weights():
+    """Validation sessions skip prepacking (2-3 runs do not repay it), except for a model with MatMulNBits, whose
+    unpacked path is slow (int4 GPT-2 base: candidate validation 6.7 -> 2.2 s, peak RSS lower)."""
+    from onnx import TensorProto, helper
+
+    from gsrewrite.validation.runner import ModelSource, _validation_options
+
+    def options(op: str, domain: str = "") -> object:
+        node = helper.make_node(op, ["x", "w"], ["y"], domain=domain)
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+        return _validation_options(ModelSource("candidate", helper.make_model(graph)), True)
+
+    def prepacking_disabled(so: object) -> bool:
+        try:
+            return so.get_session_config_entry("session.disable_prepacking") == "1"  # type: ignore[attr-defined]
+        except Exception:  # not set: onnxruntime's default, prepacking on
+            return False
+
+    assert prepacking_disabled(options("MatMul"))
+    assert not prepacking_disabled(options("MatMulNBits", "com.microsoft"))
