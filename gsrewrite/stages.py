@@ -15,6 +15,7 @@ the system between steps that free large blocks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import resource
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
+from typing import Any
 
 log = logging.getLogger("gsrewrite.stages")
 
@@ -89,14 +91,22 @@ def release() -> None:
     """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): what a finished step freed
     (onnxruntime's session, a candidate's payloads) then leaves the resident size instead of lingering in the
     heap's free lists where the next step's different-sized blocks may not fit. A no-op elsewhere."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, looked up once; None elsewhere (not Linux, or musl)."""
     if not sys.platform.startswith("linux"):
-        return
+        return None
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl): nothing to trim
-        pass
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
 
 
 class _Sampler:

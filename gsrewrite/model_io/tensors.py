@@ -56,6 +56,18 @@ def declared_nbytes(tensor: TensorProto) -> int:
     return count * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
 
 
+def initializer_bytes(model: ModelProto) -> int:
+    """The declared bytes of the main graph's initializers, referenced ones included (a type without a size
+    counts 0): the weight bytes memory figures are measured against."""
+    total = 0
+    for tensor in model.graph.initializer:
+        try:
+            total += declared_nbytes(tensor)
+        except (KeyError, ValueError, TypeError):
+            continue
+    return total
+
+
 _KNOWN_TYPES = frozenset(TensorProto.DataType.values())
 
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 import numpy as np
-from onnx import ModelProto, TensorProto, numpy_helper
+from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import tensor_protos
@@ -71,10 +71,11 @@ def tensor_values(tensor: TensorProto, folder: str | None = None) -> np.ndarray:
     if base is None:
         raise InvalidModelError(f"tensor {tensor.name!r} refers to external data, and no model folder is known "
                                 "to read it from")
-    found = None if tensor.data_type in _PACKED else external_range(tensor, base)
-    if found is None:  # entries this reader does not handle (checksum, basepath, ...): ONNX's reader does
+    found = payload_range(tensor, base)
+    if found is None:  # entries this reader does not handle (checksum, basepath, packed types): ONNX's reader does
         return numpy_helper.to_array(tensor, base)
-    path, offset, length, dtype = found
+    path, offset, length = found
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
     count = length // dtype.itemsize if dtype.itemsize else 0
     with open(path, "rb") as f:
         f.seek(offset)

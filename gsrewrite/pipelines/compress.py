@@ -33,6 +33,7 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.model_io.tensors import initializer_bytes
 from gsrewrite.model_io.weights import has_references, materialized, weights_from
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.pipelines.options import TOLERANCE_FIELDS
@@ -168,9 +169,8 @@ def _ratio_row(label: str, before: float, after: float, unit: Callable[[float], 
 
 
 def weight_bytes(model: onnx.ModelProto) -> int:
-    from gsrewrite.profiling.costs import item_bits
-
-    return sum((math.prod(t.dims) * item_bits(t.data_type) + 7) // 8 for t in model.graph.initializer)
+    """The declared bytes of the model's initializers (:func:`~gsrewrite.model_io.tensors.initializer_bytes`)."""
+    return initializer_bytes(model)
 
 
 def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: bool = True, inputs: Any = None,

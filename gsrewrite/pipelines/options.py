@@ -61,15 +61,9 @@ class Source:
 
     def weight_bytes(self) -> int:
         """The declared bytes of the model's initializers (the unit of the ``-v`` stage lines' memory ratio)."""
-        from gsrewrite.model_io.tensors import declared_nbytes
+        from gsrewrite.model_io.tensors import initializer_bytes
 
-        total = 0
-        for tensor in self.model.graph.initializer:
-            try:
-                total += declared_nbytes(tensor)
-            except (KeyError, ValueError, TypeError):  # a type without a size: not counted
-                continue
-        return total
+        return initializer_bytes(self.model)
 
     def derived(self, model: onnx.ModelProto) -> Source:
         """A source for ``model`` made from this one (no file of its own; its references read from the same

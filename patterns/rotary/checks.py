@@ -111,15 +111,16 @@ def _half_table(match: Match, name: str) -> np.ndarray:
     return np.ascontiguousarray(table[:, : table.shape[1] // 2])
 
 
-def _rotate_half_slices(match: Match, shape: list[Any] | None) -> str | None:
-    """Why x [batch, heads, sequence, head_size] (static head size) is not cut into its two halves, if it is not."""
+def _rotate_half_slices(match: Match, shape: list[Any] | None) -> int | str:
+    """x's head size when x [batch, heads, sequence, head_size] (static head size) is cut into its two halves,
+    else why not."""
     if shape is None or len(shape) != 4 or not isinstance(shape[3], int):
         return f"x has shape {shape}, not [batch, heads, sequence, head_size] with a static head size"
     size = shape[3]
     first, second = _slice(match, "1", size), _slice(match, "2", size)
     if size % 2 or first != (0, size // 2) or second != (size // 2, size):
         return f"the slices take {first} and {second} of the last axis, not the two halves"
-    return None
+    return size
 
 
 @reads("a1", "a2", "cos", "e1", "e2", "s1", "s2", "sin", "st1", "st2", "x")
@@ -127,11 +128,10 @@ def rotate_half_dynamic(match: Match) -> str | None:
     """Rotate-half slices of x [batch, heads, sequence, head_size] (static head size); cos/sin are
     run-time tables [1, .., sequence, head_size] whose halves are equal (proven by running them)."""
     shape = match.shape("x")
-    reason = _rotate_half_slices(match, shape)
-    if reason is not None:
-        return reason
+    size = _rotate_half_slices(match, shape)
+    if isinstance(size, str):
+        return size
     assert shape is not None
-    size = shape[3]
     for name in ("cos", "sin"):
         table = match.shape(name)
         if table is None or len(table) < 2 or any(d != 1 for d in table[:-2]) or table[-1] != size \
@@ -169,11 +169,10 @@ def rotate_half_positions(match: Match) -> str | None:
     tables with one row per token, [batch or 1, 1, sequence, head_size] (computed from position ids), whose
     halves are equal by construction: ``cos(cat(f, f))`` through casts, constant scales and unsqueezes."""
     shape = match.shape("x")
-    reason = _rotate_half_slices(match, shape)
-    if reason is not None:
-        return reason
+    size = _rotate_half_slices(match, shape)
+    if isinstance(size, str):
+        return size
     assert shape is not None
-    size = shape[3]
     for name in ("cos", "sin"):
         table = match.shape(name)
         if table is None or len(table) != 4 or table[1] != 1 or table[3] != size or table[0] not in (1, shape[0]) \
