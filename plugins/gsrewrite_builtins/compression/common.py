@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from gsrewrite.plugin_api import tensor_values
+
 
 @dataclass
 class Compressed:
@@ -43,14 +45,6 @@ def placed(graph: onnx.GraphProto, tensors: Any) -> tuple[onnx.TensorProto, ...]
     is the strategy's result, which nobody edits)."""
     by_name = {t.name: t for t in graph.initializer}
     return tuple(by_name.get(t.name, t) for t in tensors)
-
-
-def read_weight(tensor: onnx.TensorProto) -> np.ndarray:
-    """A weight's values: inline, or read from its file when the model was loaded with its weights left there
-    (one weight at a time: the caller drops it once quantized)."""
-    from gsrewrite.plugin_api import tensor_values
-
-    return tensor_values(tensor)
 
 
 def initializer_map(graph: onnx.GraphProto) -> dict[str, onnx.TensorProto]:
@@ -89,7 +83,7 @@ def non_finite_weights(model: onnx.ModelProto) -> dict[str, str]:
 
 
 def _finite(tensor: onnx.TensorProto) -> bool:
-    values = read_weight(tensor)
+    values = tensor_values(tensor)
     rows = values.reshape(-1)
     step = 1 << 22  # a few MB at a time: no weight-sized boolean array
     return all(np.isfinite(rows[i:i + step]).all() for i in range(0, rows.size, step))

@@ -29,7 +29,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from gsrewrite_builtins.compression.common import keep_used_initializers, placed, read_weight, without_initializers
+from gsrewrite.plugin_api import tensor_values
+from gsrewrite_builtins.compression.common import keep_used_initializers, placed, without_initializers
 
 T = onnx.TensorProto
 #: what this module writes; the other op types quantize_dynamic quantizes by default send the model to it
@@ -202,7 +203,7 @@ class Writer:
                     if value in self.sources and value not in self.float_transposed:
                         self.float_transposed.add(value)
                         self.tensors.append(onnx.numpy_helper.from_array(
-                            np.ascontiguousarray(read_weight(self.sources[value]).T), value))
+                            np.ascontiguousarray(tensor_values(self.sources[value]).T), value))
             for added in self.nodes[start:]:
                 self.generated.update(added.output)
         for output in model.graph.output:
@@ -268,7 +269,7 @@ class Writer:
         if tensors is None:
             source = self.sources.get(weight.name)
             tensors = quantized_weight(weight, qtype, symmetric, per_channel, reduce,
-                                       None if source is None else read_weight(source).T)
+                                       None if source is None else tensor_values(source).T)
             self.cache[key] = tensors
             self.new_keys.append(key)
         if not tensors:
@@ -320,7 +321,7 @@ def quantized_weight(weight: onnx.TensorProto, qtype: int, symmetric: bool, per_
     here (``values``: given, for a transposed stand-in) and dropped on return."""
     from onnxruntime.quantization.quant_utils import compute_data_quant_params, quantize_nparray
 
-    values = np.ascontiguousarray(read_weight(weight) if values is None else values)
+    values = np.ascontiguousarray(tensor_values(weight) if values is None else values)
     flat = values.reshape(-1)
     if not all(np.isfinite(flat[i:i + SLICE_ELEMENTS]).all() for i in range(0, flat.size, SLICE_ELEMENTS)):
         return ()

@@ -23,14 +23,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gsrewrite.plugin_api import Tolerance, UsageError
+from gsrewrite.plugin_api import Tolerance, UsageError, tensor_values
 from gsrewrite_builtins.compression.common import (
     Compressed,
     consumers,
     initializer_map,
     keep_used_initializers,
     placed,
-    read_weight,
     unique_name,
     without_initializers,
 )
@@ -222,7 +221,7 @@ class _Editor:
         if users.get(tensor.name, 0) != 1 + also_read:
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} is shared")
             return None
-        values = read_weight(tensor).astype(np.float32, copy=False)
+        values = tensor_values(tensor).astype(np.float32, copy=False)
         if not np.isfinite(values).all():  # a scale of inf: every code of its group NaN
             self.skipped.append(f"{node.name or node.op_type}: weight {tensor.name!r} holds NaN or infinity")
             return None
