@@ -117,3 +117,24 @@ def test_payload_offsets_of_damaged_bytes_are_none_or_within_the_bytes() -> None
             for where in payloads or []:
                 assert where is None or (where[0] >= 0 and where[0] + where[1] <= len(damaged))
     assert initializer_payloads(data) is not None
+
+
+def test_copied_payloads_live_in_a_scratch_map_that_onnxruntime_has_copied() -> None:
+    """Without serialized bytes each payload is copied into a scratch file and viewed through a memory map; once
+    the session exists its pages are dropped from memory, and the session still computes with the weights."""
+    import mmap
+
+    import onnxruntime as ort
+
+    weight, bias = _weights(3)
+    split = in_memory_model(_model(weight, bias))
+    assert split is not None and isinstance(split.scratch, mmap.mmap)
+    assert all(not array.flags.owndata for array in split.arrays)  # views of the map, not copies
+    options = ort.SessionOptions()
+    split.add_to(options)
+    session = ort.InferenceSession(split.data, options, providers=["CPUExecutionProvider"])
+    split.session_created()
+    x = np.random.default_rng(4).standard_normal((1, 1024)).astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(y, x @ weight + bias, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(split.arrays[0], weight)  # read back from the file after the pages were dropped

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.legalize import legalize
@@ -238,7 +239,11 @@ def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, expla
     if not run.modified:
         return model, run
     legalize(graph)
-    return to_model(graph, model), run
+    out = to_model(graph, model)
+    # the exported model holds the result: the pass result lets go of the graph, so that the arrays the rewrite
+    # made are not resident twice while the candidate is validated (they are in ``out`` now)
+    run.graph = gs.Graph()
+    return out, run
 
 
 def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,

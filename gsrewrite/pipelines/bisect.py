@@ -115,12 +115,16 @@ class Checker:
     def __call__(self, candidate: onnx.ModelProto) -> Any:
         """The verdict on ``candidate``: a ValidationReport, or :class:`Rejected` when onnxruntime cannot load
         or run it."""
-        from gsrewrite.validation.runner import serialized_source
+        from gsrewrite.model_io.weights import has_references
+        from gsrewrite.validation.runner import ModelSource, serialized_source
 
         # the bytes a save needs, encoded while the reference run may still be going; onnxruntime itself gets the
         # candidate without its weights serialized (validation.in_memory). Encoding them on a worker thread
-        # beside the comparison measured no faster.
-        source = serialized_source(candidate, "candidate")
+        # beside the comparison measured no faster. A candidate whose weights stay in their files is saved by
+        # copying them from there, never as these bytes: onnxruntime gets its graph and the payloads a rewrite
+        # made, without a serialized copy of those
+        source = ModelSource("candidate", candidate) if has_references(candidate) \
+            else serialized_source(candidate, "candidate")
         self._last = (candidate, source.data)
         if source.data is not None:
             offer(candidate, source.data)

@@ -4,8 +4,12 @@ onnxruntime parses a serialized model and copies every initializer out of the bu
 whole is one more model-sized copy while its session is created. Instead the graph is serialized with its large
 initializers marked as external data, and the weights are given to the session as arrays
 (``SessionOptions.add_external_initializers``): views of the model's serialized bytes when the caller has them,
-else one copy of each payload. onnxruntime 1.32 copies them into its own buffers at session creation, but its
-API documents them as used in place, so they are kept alive as long as the session. The result is the same
+else each payload copied once into a scratch file (an unlinked temporary file) and viewed through a memory map.
+onnxruntime 1.32 copies them into its own buffers at session creation, but its API documents them as used in
+place, so they are kept alive as long as the session; the scratch pages are dropped from memory once the session
+exists (:meth:`InMemoryModel.session_created`): they are clean file pages, read back from the file should
+onnxruntime ever use them in place, so the payloads a rewrite made are not resident twice (the model's, and
+onnxruntime's copy) plus a third time while onnxruntime runs. The result is the same
 model; only the way its bytes reach onnxruntime differs. It is kept for memory, not speed: at base width
 (BERT-base, 255 MB) validating the whole serialized model took no longer but 20 MB (4%) more peak RSS
 (benchmarks/results/validation_sessions.md).
@@ -14,6 +18,8 @@ model; only the way its bytes reach onnxruntime differs. It is kept for memory, 
 from __future__ import annotations
 
 import math
+import mmap
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +41,8 @@ _NUMPY_TYPES: dict[int, type] = {
     onnx.TensorProto.UINT32: np.uint32, onnx.TensorProto.UINT64: np.uint64, onnx.TensorProto.BOOL: np.bool_,
 }
 _LOCATION = "gsrewrite-in-memory"
+#: payload alignment in the scratch file
+_ALIGN = 64
 
 
 @dataclass
@@ -45,6 +53,14 @@ class InMemoryModel:
     names: list[str] = field(default_factory=list)
     arrays: list[np.ndarray] = field(default_factory=list)
     values: list[Any] = field(default_factory=list, repr=False)
+    #: the memory map of the scratch file the arrays view (when they are not views of serialized bytes)
+    scratch: mmap.mmap | None = field(default=None, repr=False)
+
+    def session_created(self) -> None:
+        """onnxruntime has taken the arrays: drop the scratch file's pages from the resident set (they are read
+        back from the file if onnxruntime uses them in place after all)."""
+        if self.scratch is not None and hasattr(self.scratch, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self.scratch.madvise(mmap.MADV_DONTNEED)
 
     def add_to(self, options: Any) -> None:
         """Register the arrays with onnxruntime ``SessionOptions``; this object must outlive the session."""
@@ -69,32 +85,48 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
     light = onnx.ModelProto()
     copy_fields(light, model, skip=("graph",))
     copy_fields(light.graph, model.graph, skip=("initializer",))
-    names, arrays = [], []
+    names: list[str] = []
+    views: list[tuple[onnx.TensorProto, memoryview | tuple[int, int]]] = []
     payloads = initializer_payloads(data) if data is not None else None
     if payloads is not None and len(payloads) != len(model.graph.initializer):
         payloads = None
-    for index, tensor in enumerate(model.graph.initializer):
-        if id(tensor) not in chosen:
-            light.graph.initializer.append(tensor)
-            continue
-        where = payloads[index] if payloads is not None else None
-        if data is not None and where is not None and where[1] == _nbytes(tensor):
-            raw: bytes | memoryview = memoryview(data)[where[0]:where[0] + where[1]]
-        else:
-            raw = tensor.raw_data  # a copy (protobuf has no view of it): taken once
-        if len(raw) != _nbytes(tensor):  # not what it declares: onnxruntime sees it as it is
-            light.graph.initializer.append(tensor)
-            continue
-        stub = light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-        stub.data_location = onnx.TensorProto.EXTERNAL
-        stub.external_data.add(key="location", value=_LOCATION)
-        names.append(tensor.name)
-        arrays.append(np.frombuffer(raw, dtype=_NUMPY_TYPES[tensor.data_type]).reshape(tuple(tensor.dims)))
-    try:
-        data = light.SerializeToString()
-    except ValueError:  # the graph without its large weights is still over 2 GB
-        return None
-    return InMemoryModel(data, names, arrays)
+    with tempfile.TemporaryFile(prefix="gsrewrite-weights-") as scratch:
+        for index, tensor in enumerate(model.graph.initializer):
+            if id(tensor) not in chosen:
+                light.graph.initializer.append(tensor)
+                continue
+            where = payloads[index] if payloads is not None else None
+            place: memoryview | tuple[int, int]
+            if data is not None and where is not None and where[1] == _nbytes(tensor):
+                place = memoryview(data)[where[0]:where[0] + where[1]]
+            else:  # a copy (protobuf has no view of it), written out at once: one payload in memory at a time
+                raw = tensor.raw_data
+                if len(raw) != _nbytes(tensor):  # not what it declares: onnxruntime sees it as it is
+                    light.graph.initializer.append(tensor)
+                    continue
+                offset = -scratch.tell() % _ALIGN
+                scratch.write(b"\0" * offset)
+                place = (scratch.tell(), len(raw))
+                scratch.write(raw)
+                del raw
+            stub = light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            stub.external_data.add(key="location", value=_LOCATION)
+            names.append(tensor.name)
+            views.append((tensor, place))
+        try:
+            serialized = light.SerializeToString()
+        except ValueError:  # the graph without its large weights is still over 2 GB
+            return None
+        scratch.flush()
+        mapped = mmap.mmap(scratch.fileno(), 0, access=mmap.ACCESS_READ) if scratch.tell() else None
+    arrays = []
+    for tensor, place in views:
+        if isinstance(place, tuple):
+            assert mapped is not None
+            place = memoryview(mapped)[place[0]:place[0] + place[1]]
+        arrays.append(np.frombuffer(place, dtype=_NUMPY_TYPES[tensor.data_type]).reshape(tuple(tensor.dims)))
+    return InMemoryModel(serialized, names, arrays, scratch=mapped)
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:

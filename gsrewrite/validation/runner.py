@@ -197,6 +197,8 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
             if source.role == "original" and bench is None:
                 raise cannot_validate(_first_line(exc)) from None
             raise ValidationError(f"onnxruntime cannot load {source.what}: {_first_line(exc)}") from None
+        if weights is not None:
+            weights.session_created()
     except BaseException:
         keep.close()
         raise
@@ -218,6 +220,9 @@ def _validation_options(source: ModelSource, reuse_memory: bool) -> Any:
     # and spinning threads take the CPU the rewrite needs
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.enable_mem_reuse = reuse_memory
+    # no memory arena: a few runs do not repay it, and its regions grow by powers of two and stay with the session
+    # (GPT-2 base dynamo export at the long-past size: +187 MB per run with the arena, +5 MB without)
+    options.enable_cpu_mem_arena = False
     # no prepacking of GEMM weights: a validation session runs 2-3 times, and packing every weight at session
     # creation costs more than packing on the fly in those runs; but MatMulNBits without its packed weights takes
     # a slow path (an int4 GPT-2 base: 3 runs 0.45 -> 0.20 s with prepacking, session creation the same), so a
