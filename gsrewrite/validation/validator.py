@@ -17,6 +17,7 @@ from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
+from gsrewrite.validation.kept_outputs import KeptOutputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
@@ -109,6 +110,7 @@ class Validator:
         self.specs = model_inputs(self.original.proto)
         self.class_axes = class_axes(self.original.proto)
         given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
+        self.kept = KeptOutputs()  # large outputs wait in a scratch file, not in memory
         with open_session(self.original, providers) as session:
             self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)
@@ -119,7 +121,7 @@ class Validator:
                         input_shapes: ShapeSpec | None) -> tuple[list[InputSet], list[list[dict[str, Any]]]]:
         """The input sets and the original's outputs on each (a list per set, one entry per run)."""
         first, sizes, first_outputs = self._first_set(session, given, input_shapes)
-        sets, outputs = [first], [first_outputs]
+        sets, outputs = [first], [[self.kept.keep(run) for run in first_outputs]]
         offset = self.runs * first.mask_rows
         for index, planned in enumerate(sizes[1:], start=1):
             # a decoder's long past may run past a table the graph indexes by position (Whisper's position
@@ -129,8 +131,8 @@ class Validator:
                     input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
                                           like=sets[-1])
                     input_set.mask_offset = offset
-                    outputs.append([_run(session, input_set.feed(run), input_set.described, self.original.proto)
-                                    for run in range(self.runs)])
+                    outputs.append([self.kept.keep(_run(session, input_set.feed(run), input_set.described,
+                                                        self.original.proto)) for run in range(self.runs)])
                 except (InputDataError, ValidationError) as exc:
                     log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
                     continue
@@ -210,6 +212,7 @@ class Validator:
                     outputs = _run(session, input_set.feed(run), input_set.described)
                     compared = compare_run(run, expected[run], outputs, self.atol, self.rtol,
                                            criterion=self.criterion, class_axes=self.class_axes)
+                    self.kept.release(expected[run])
                     per_run += [dataclasses.replace(c, size_set=input_set.size.name) for c in compared]
             extra = [name for name in session.output_names if name not in self.output_names]
             timings = {**self.timings, "candidate": _timings(model, session)}
