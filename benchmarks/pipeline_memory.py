@@ -22,6 +22,13 @@ from pathlib import Path
 
 FLOOR = ("import onnx, sys; m = onnx.load(sys.argv[1]); "
          "onnx.save(m, sys.argv[2], save_as_external_data=True, location='floor.onnx.data')")
+#: what running the model at all costs: an onnxruntime session with its default options and one run on the
+#: model's sample inputs (``<stem>.inputs.npz`` beside it, as make_base_width.py writes them)
+RUN = ("import numpy as np, onnxruntime as ort, sys; "
+       "s = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider']); "
+       "s.run(None, dict(np.load(sys.argv[2])))")
+#: a tolerance random weights meet (the strategy runs once, validated, benched, saved; no bisection)
+MET = ["--min-cosine", "0.5", "--min-top1", "0", "--min-agreement", "0", "--allow-slower"]
 
 
 def weight_bytes(path: Path) -> int:
@@ -32,10 +39,18 @@ def weight_bytes(path: Path) -> int:
     return sum(declared_nbytes(t) for t in load_weightless(path).graph.initializer)
 
 
-def commands(model: Path, work: Path) -> dict[str, list[str]]:
+def commands(model: Path, work: Path, compress: bool = False) -> dict[str, list[str]]:
     tool = [str(Path(sys.executable).with_name("gsrewrite"))]
+    sample = model.with_name(model.name.removesuffix(".onnx") + ".inputs.npz")
+    running = {"onnxruntime session + one run (default options)": [sys.executable, "-c", RUN, str(model),
+                                                                   str(sample)]} if sample.is_file() else {}
+    compressing = {f"gsrewrite compress -s {strategy} (tolerance met)": [
+        *tool, "compress", str(model), str(work / f"{strategy}.onnx"), "-s", strategy, "--external-data", "--force",
+        *MET] for strategy in ("int4", "dynamic-int8")} if compress else {}
     return {
         "onnx.load + onnx.save (floor)": [sys.executable, "-c", FLOOR, str(model), str(work / "floor.onnx")],
+        **running,
+        **compressing,
         "gsrewrite optimize --external-data": [*tool, "optimize", str(model), str(work / "opt.onnx"), "--external-data",
                                                "--force"],
         "gsrewrite simplify --external-data": [*tool, "simplify", str(model), str(work / "simp.onnx"),
@@ -67,11 +82,12 @@ def main() -> None:
     parser.add_argument("model", type=Path)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="append the markdown table to this file")
+    parser.add_argument("--compress", action="store_true", help="also compress -s int4 / dynamic-int8")
     args = parser.parse_args()
     weights = weight_bytes(args.model)
     work = Path(tempfile.mkdtemp(prefix="gsrewrite-memory-", dir=args.model.parent))
     try:
-        cmds = commands(args.model, work)
+        cmds = commands(args.model, work, args.compress)
         walls: dict[str, list[float]] = {name: [] for name in cmds}
         peaks: dict[str, list[int]] = {name: [] for name in cmds}
         codes: dict[str, set[int]] = {name: set() for name in cmds}

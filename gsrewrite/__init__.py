@@ -33,11 +33,11 @@ _LAZY = {
     "get_plugin_manager": "gsrewrite.plugin_manager",
     "simplify": "gsrewrite.pipelines",
     "extract": "gsrewrite.pipelines.extract",
-    "infer_shapes": "gsrewrite.pipelines.analysis",
+    "infer_shapes": "gsrewrite.profiling.analysis",
     "compress": "gsrewrite.pipelines.compress",
     "bench": "gsrewrite.pipelines.bench",
-    "profile": "gsrewrite.pipelines.analysis",
-    "plan_memory": "gsrewrite.pipelines.analysis",
+    "profile": "gsrewrite.profiling.analysis",
+    "plan_memory": "gsrewrite.profiling.analysis",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -18,7 +18,7 @@ def memory(model: str, input_shape: tuple[str, ...], top: int, as_json: bool) ->
     """Plan MODEL's activation memory: liveness over the topological order, views and in-place ops sharing
     buffers, offsets in one arena. Shows the naive total, the arena, and the lower bound (the most bytes live at
     one step). Symbols not given with --input-shape take validation's sample sizes."""
-    from gsrewrite.pipelines.analysis import plan_memory
+    from gsrewrite.profiling.analysis import plan_memory
 
     plan = plan_memory(model, input_shapes(input_shape))
     if as_json:

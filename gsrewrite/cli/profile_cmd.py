@@ -43,7 +43,7 @@ def profile(ctx: click.Context, model: str, input_shape: tuple[str, ...], fmt: s
         if os.path.exists(plot) and not force:
             raise OutputError(f"{plot} exists; pass --force to overwrite it")
         check_output_path(plot, input_path=model)
-    from gsrewrite.pipelines.analysis import profile as profile_path
+    from gsrewrite.profiling.analysis import profile as profile_path
 
     with working(f"Profiling {os.path.basename(model)}"):
         result = profile_path(model, given, sparsity=sparsity)

@@ -12,17 +12,45 @@ generated and the memory budget.
 
 from __future__ import annotations
 
-from gsrewrite.graph.input_shapes import InputShapes, parse_input_shapes
-from gsrewrite.validation.criteria import Criterion
-from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
-from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
-from gsrewrite.validation.memory import MemoryBudgetError
-from gsrewrite.validation.metrics import compare_output
-from gsrewrite.validation.report import OutputComparison, ValidationReport
-from gsrewrite.validation.shapes import resolve_shapes
-from gsrewrite.validation.signature import InputSpec, model_inputs
-from gsrewrite.validation.sizes import SizeSet, size_sets
-from gsrewrite.validation.validator import Validator, validate
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, imported on first use: importing one submodule (dims for `memory`)
+    # must not import every other one (the validator, onnxruntime's runner, numpy.random)
+    from gsrewrite.graph.input_shapes import InputShapes, parse_input_shapes
+    from gsrewrite.validation.criteria import Criterion
+    from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
+    from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
+    from gsrewrite.validation.memory import MemoryBudgetError
+    from gsrewrite.validation.metrics import compare_output
+    from gsrewrite.validation.report import OutputComparison, ValidationReport
+    from gsrewrite.validation.shapes import resolve_shapes
+    from gsrewrite.validation.signature import InputSpec, model_inputs
+    from gsrewrite.validation.sizes import SizeSet, size_sets
+    from gsrewrite.validation.validator import Validator, validate
+
+#: public name -> the module that defines it
+_LAZY = {
+    "InputShapes": "gsrewrite.graph.input_shapes",
+    "parse_input_shapes": "gsrewrite.graph.input_shapes",
+    "Criterion": "gsrewrite.validation.criteria",
+    "load_npz": "gsrewrite.validation.given_inputs",
+    "prepare_inputs": "gsrewrite.validation.given_inputs",
+    "InputPlan": "gsrewrite.validation.inputs",
+    "generate_inputs": "gsrewrite.validation.inputs",
+    "plan_inputs": "gsrewrite.validation.inputs",
+    "MemoryBudgetError": "gsrewrite.validation.memory",
+    "compare_output": "gsrewrite.validation.metrics",
+    "OutputComparison": "gsrewrite.validation.report",
+    "ValidationReport": "gsrewrite.validation.report",
+    "resolve_shapes": "gsrewrite.validation.shapes",
+    "InputSpec": "gsrewrite.validation.signature",
+    "model_inputs": "gsrewrite.validation.signature",
+    "SizeSet": "gsrewrite.validation.sizes",
+    "size_sets": "gsrewrite.validation.sizes",
+    "Validator": "gsrewrite.validation.validator",
+    "validate": "gsrewrite.validation.validator",
+}
 
 __all__ = [
     "Criterion",
@@ -45,3 +73,16 @@ __all__ = [
     "size_sets",
     "validate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gsrewrite.validation' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: the next access does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

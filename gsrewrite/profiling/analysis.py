@@ -1,4 +1,5 @@
-"""The library entry points: ``gsrewrite.infer_shapes()``, ``gsrewrite.profile()``, ``gsrewrite.plan_memory()``.
+"""The library entry points: ``gsrewrite.infer_shapes()``, ``gsrewrite.profile()``, ``gsrewrite.plan_memory()``
+(which sizes the symbols no binding gives with validation's input planner: the profiler sits above validation).
 
 Each takes a model (``ModelProto`` or path) and input shapes as ``--input-shape`` strings (``"ids:2,seq"``,
 ``"seq=128"``) or a mapping ``{"ids": [2, "seq"], "seq": 128}``.
