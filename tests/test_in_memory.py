@@ -128,7 +128,7 @@ def test_copied_payloads_live_in_a_scratch_map_that_onnxruntime_has_copied() -> 
 
     weight, bias = _weights(3)
     split = in_memory_model(_model(weight, bias))
-    assert split is not None and isinstance(split.scratch, mmap.mmap)
+    assert split is not None and len(split.maps) == 1 and isinstance(split.maps[0], mmap.mmap)
     assert all(not array.flags.owndata for array in split.arrays)  # views of the map, not copies
     options = ort.SessionOptions()
     split.add_to(options)

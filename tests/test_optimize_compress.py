@@ -104,3 +104,22 @@ def test_int4_quantizes_an_lm_head_tied_to_the_embedding() -> None:
     assert onnx.numpy_helper.to_array(kept).tobytes() == table.tobytes()  # the embedding itself is untouched
     assert any("embedding Gather" in note for note in result.compressed.notes), result.compressed.notes
     assert result.compressed.ok
+
+
+def test_dynamic_int8_after_the_tied_head_fusion_writes_weight_by_weight() -> None:
+    """optimize fuses GPT-2's tied head into FusedMatMul(transB = 1) (matmul-transposed); dynamic-int8 then sees the
+    head as the exporter wrote it (MatMul of a Transpose) and stays on its own weight-by-weight path instead of
+    handing the whole model to onnxruntime's quantize_dynamic."""
+    rng = np.random.default_rng(1)
+    table = rng.standard_normal((2048, 160)).astype(np.float32)  # over the 1 MB a transposed copy may be folded
+    model = model_from_text("""
+        g (int64[2, 8] ids) => (float[2, 8, 2048] logits) {
+          h = Gather (wte, ids)  m = MatMul (h, w)  t = Transpose <perm = [1, 0]> (wte)  logits = MatMul (m, t)
+        }""", initializers={"wte": table, "w": rng.standard_normal((160, 160)).astype(np.float32) / 8})
+    fused = gsrewrite.optimize(model, compress=None)
+    assert op_counts(fused.model)["com.microsoft.FusedMatMul"] == 1
+    result = gsrewrite.optimize(model, compress=gsrewrite.CompressOptions("dynamic-int8", min_top1=0.0))
+    notes = result.compressed.notes
+    assert "written one weight at a time" in notes[0] and "quantize_dynamic of" not in notes[0], notes
+    counts = op_counts(result.model)
+    assert counts["MatMulInteger"] == 1 and counts["Gather"] == 1 and "com.microsoft.FusedMatMul" not in counts

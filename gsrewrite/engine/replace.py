@@ -17,7 +17,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
-from gsrewrite.graph.core import NameSource
+from gsrewrite.graph.core import NameSource, constant_values, made_values
 from gsrewrite.graph.shapes import annotate_node
 from gsrewrite.patterns.template import Capture, TNode
 
@@ -80,9 +80,8 @@ def _output(env: dict[str, gs.Tensor | None], name: str, names: NameSource, stam
 
 
 def _constant(name: str, value: Any) -> gs.Constant:
-    if isinstance(value, gs.Constant):
-        return gs.Constant(name, np.asarray(value.values))
-    return gs.Constant(name, np.asarray(value))
+    array = constant_values(value) if isinstance(value, gs.Constant) else np.asarray(value)
+    return gs.Constant(name, made_values(name, array))
 
 
 def resolve_attributes(tn: TNode, match: Match) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter, update_impor
 from onnx_graphsurgeon.ir.tensor import LazyValues, SparseValues
 
 from gsrewrite.model_io.graph_walk import CONTROL_FLOW
+from gsrewrite.model_io.scratch import spill
 from gsrewrite.model_io.weights import is_reference, tensor_values, weights_dir
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,14 @@ class FileValues(LazyValues):
         return tensor_values(self.tensor, self.folder)
 
 
+def made_values(name: str, array: np.ndarray) -> np.ndarray | FileValues:
+    """The values of a constant a pass or a fusion makes: a large array goes to the request's scratch file at once
+    (:mod:`gsrewrite.model_io.scratch`) and is read back from there when used, so what a rewrite makes does not
+    pile up in memory while it runs; without a scratch file bound (a model read whole), the array itself."""
+    spilled = spill(name, array)
+    return FileValues(spilled, weights_dir() or "") if spilled is not None else array
+
+
 def lazy_values(tensor: onnx.TensorProto) -> LazyValues:
     """Lazy values of ``tensor``: read from its file when it is a reference (and a model folder is bound)."""
     folder = weights_dir()
@@ -120,7 +129,8 @@ def _forget_types(graph: gs.Graph, keep: set[str]) -> None:
 
 
 def write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
-    """onnx-graphsurgeon's ``export_graph``, written straight into ``target`` (the weights are copied once)."""
+    """onnx-graphsurgeon's ``export_graph``, written straight into ``target`` (the weights are copied once; a constant
+    that held an array reads it from ``target`` afterwards)."""
     target.node.extend(OnnxExporter.export_node(n) for n in graph.nodes)
     target.input.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.inputs)
     target.output.extend(OnnxExporter.export_value_info_proto(t, False) for t in graph.outputs)
@@ -129,7 +139,17 @@ def write_graph(graph: gs.Graph, target: onnx.GraphProto) -> None:
         if isinstance(tensor, gs.Constant) and isinstance(tensor._values, SparseValues):
             target.sparse_initializer.append(OnnxExporter.export_sparse_tensor_proto(tensor))
         elif isinstance(tensor, gs.Constant):
+            made = tensor._values if isinstance(tensor._values, np.ndarray) else None
+            spilled = spill(tensor.name, made) if made is not None else None
+            if spilled is not None:  # a large array a pass made: to the request's scratch file, not the proto
+                target.initializer.append(spilled)
+                tensor._values = FileValues(target.initializer[-1], weights_dir() or "")
+                continue
             target.initializer.append(OnnxExporter.export_tensor_proto(tensor))
+            if made is not None:
+                # the array now lives in the proto: the graph reads it from there if it is used again, so what a
+                # rewrite made is not held twice while the rest is exported
+                tensor._values = LazyValues(target.initializer[-1])
     interface = {t.name for t in (*graph.inputs, *graph.outputs)}
     target.value_info.extend(OnnxExporter.export_value_info_proto(t, False) for name, t in tensors.items()
                              if isinstance(t, gs.Variable) and name not in interface

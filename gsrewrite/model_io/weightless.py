@@ -21,6 +21,7 @@ from onnx import ModelProto, TensorProto, helper
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.loading import _checked_model, _mapped_file
+from gsrewrite.model_io.scratch import resolve as resolve_scratch
 from gsrewrite.model_io.tensors import declared_nbytes
 from gsrewrite.model_io.wire import (
     GRAPH_INITIALIZER,
@@ -138,6 +139,9 @@ def external_range(tensor: TensorProto, base_dir: str) -> tuple[str, int, int, n
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
         offset, length = int(entries.get("offset", "0")), int(entries["length"])
+        scratch = resolve_scratch(entries["location"])  # a payload the request made (model_io/scratch.py)
+        if scratch is not None:
+            return scratch, offset, length, dtype
         path = _real(os.path.join(base_dir, entries["location"]))
     except (KeyError, ValueError, TypeError):
         return None

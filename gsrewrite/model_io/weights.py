@@ -24,6 +24,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import tensor_protos
+from gsrewrite.model_io.scratch import scratch_file
 from gsrewrite.model_io.weightless import external_range
 
 #: element types stored two to a byte (their array is not the bytes reinterpreted)
@@ -34,14 +35,16 @@ _DIR: ContextVar[str | None] = ContextVar("gsrewrite_weights_dir", default=None)
 
 @contextlib.contextmanager
 def weights_from(folder: str | os.PathLike[str] | None) -> Iterator[None]:
-    """References read in this block (this thread and the contexts copied from it) are relative to ``folder``;
-    None leaves the binding as it is."""
+    """References read in this block (this thread and the contexts copied from it) are relative to ``folder``, and
+    payloads the request makes go to a scratch file (:mod:`gsrewrite.model_io.scratch`); None leaves the bindings as
+    they are."""
     if folder is None:
         yield
         return
     token = _DIR.set(os.fspath(folder))
     try:
-        yield
+        with scratch_file():  # what the request makes waits there, not in memory (model_io/scratch.py)
+            yield
     finally:
         _DIR.reset(token)
 

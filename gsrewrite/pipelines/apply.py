@@ -29,6 +29,7 @@ from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
+from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.weights import weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
@@ -140,6 +141,7 @@ def apply(
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))
+        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.weights_dir = source.weights_dir
     return result
 

@@ -33,6 +33,7 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.tensors import initializer_bytes
 from gsrewrite.model_io.weights import has_references, materialized, weights_from
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
@@ -200,6 +201,7 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
         result = _compress(source, strategy, validate, inputs, input_shapes,
                            {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,
                             "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options)
+        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.weights_dir = source.weights_dir if has_references(result.model) else None
     return result
 

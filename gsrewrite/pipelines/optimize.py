@@ -18,6 +18,7 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
+from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.weights import weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
 from gsrewrite.pipelines.options import (
@@ -68,6 +69,7 @@ def optimize(
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
+        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.seconds = time.perf_counter() - start
     result.weights_dir = source.weights_dir
     return result

@@ -21,6 +21,7 @@ from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.weights import weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
@@ -80,6 +81,7 @@ def simplify(
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _simplify(source, settings, passes, validation_kwargs(validate), input_shapes)
+        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.seconds = time.perf_counter() - start
     result.weights_dir = source.weights_dir
     return result

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.graph.core import copy_fields
+from gsrewrite.model_io.scratch import is_scratch, resolve
 from gsrewrite.model_io.wire import initializer_payloads
 
 #: Initializers with at least this many bytes of ``raw_data`` are passed as arrays.
@@ -53,14 +54,15 @@ class InMemoryModel:
     names: list[str] = field(default_factory=list)
     arrays: list[np.ndarray] = field(default_factory=list)
     values: list[Any] = field(default_factory=list, repr=False)
-    #: the memory map of the scratch file the arrays view (when they are not views of serialized bytes)
-    scratch: mmap.mmap | None = field(default=None, repr=False)
+    #: the memory maps the arrays view (a scratch file of copies, the request's scratch file), if any
+    maps: list[mmap.mmap] = field(default_factory=list, repr=False)
 
     def session_created(self) -> None:
         """onnxruntime has taken the arrays: drop the scratch file's pages from the resident set (they are read
         back from the file if onnxruntime uses them in place after all)."""
-        if self.scratch is not None and hasattr(self.scratch, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self.scratch.madvise(mmap.MADV_DONTNEED)
+        for mapped in self.maps:
+            if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+                mapped.madvise(mmap.MADV_DONTNEED)
 
     def add_to(self, options: Any) -> None:
         """Register the arrays with onnxruntime ``SessionOptions``; this object must outlive the session."""
@@ -79,9 +81,13 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
     for tensor in model.graph.initializer:
         counts[tensor.name] = counts.get(tensor.name, 0) + 1
     large = [t for t in model.graph.initializer if counts[t.name] == 1 and _nbytes(t) >= MIN_TENSOR_BYTES]
-    if sum(_nbytes(t) for t in large) < MIN_TOTAL_BYTES:
+    # payloads the request made, in its scratch file (model_io/scratch.py): onnxruntime cannot read that file
+    made = [t for t in model.graph.initializer if counts[t.name] == 1 and t.data_type in _NUMPY_TYPES
+            and is_scratch(t)]
+    if not made and sum(_nbytes(t) for t in large) < MIN_TOTAL_BYTES:
         return None
-    chosen = {id(t) for t in large}
+    chosen = {id(t) for t in (*large, *made)}
+    request_map = _request_scratch_map(made)
     light = onnx.ModelProto()
     copy_fields(light, model, skip=("graph",))
     copy_fields(light.graph, model.graph, skip=("initializer",))
@@ -97,7 +103,12 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
                 continue
             where = payloads[index] if payloads is not None else None
             place: memoryview | tuple[int, int]
-            if data is not None and where is not None and where[1] == _nbytes(tensor):
+            if is_scratch(tensor):
+                entries = {e.key: e.value for e in tensor.external_data}
+                start, length = int(entries.get("offset", "0")), int(entries["length"])
+                assert request_map is not None
+                place = memoryview(request_map)[start:start + length]
+            elif data is not None and where is not None and where[1] == _nbytes(tensor):
                 place = memoryview(data)[where[0]:where[0] + where[1]]
             else:  # a copy (protobuf has no view of it), written out at once: one payload in memory at a time
                 raw = tensor.raw_data
@@ -126,7 +137,18 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
             assert mapped is not None
             place = memoryview(mapped)[place[0]:place[0] + place[1]]
         arrays.append(np.frombuffer(place, dtype=_NUMPY_TYPES[tensor.data_type]).reshape(tuple(tensor.dims)))
-    return InMemoryModel(serialized, names, arrays, scratch=mapped)
+    maps = [m for m in (mapped, request_map) if m is not None]
+    return InMemoryModel(serialized, names, arrays, maps=maps)
+
+
+def _request_scratch_map(made: list[onnx.TensorProto]) -> mmap.mmap | None:
+    """A read-only map of the request's scratch file, when ``made`` refers to it."""
+    if not made:
+        return None
+    path = resolve(next(e.value for e in made[0].external_data if e.key == "location"))
+    assert path is not None
+    with open(path, "rb") as file:
+        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:

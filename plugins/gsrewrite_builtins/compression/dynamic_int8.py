@@ -155,6 +155,41 @@ def covers(model: onnx.ModelProto, names: list[str], op_types: set[str], exclude
     return None
 
 
+def unfused_heads(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy in which each ``FusedMatMul(x, W, transB = 1)`` of a weight an embedding Gather reads
+    too (a tied LM head, as the ``matmul-transposed`` fusion writes it) is ``MatMul(x, Transpose(W))`` again, the
+    form the exporter wrote and this module quantizes as onnxruntime does (the Gather's table quantized, the head
+    left float); other onnxruntime ops are left as they are. The copy holds the initializers again: references for a
+    model read weightless, payloads otherwise."""
+    graph = model.graph
+    tables = {n.input[0] for n in graph.node if n.op_type == "Gather" and n.domain in ("", "ai.onnx") and n.input}
+    heads = [n for n in graph.node if n.op_type == "FusedMatMul" and n.domain == "com.microsoft"
+             and len(n.input) == 2 and n.input[1] in tables and _plain_trans_b(n)]
+    if not heads:
+        return model
+    from gsrewrite.plugin_api import copy_fields
+
+    chosen = {id(n) for n in heads}
+    out = onnx.ModelProto()
+    copy_fields(out, model, skip=("graph",))
+    copy_fields(out.graph, graph, skip=("node",))
+    for node in graph.node:
+        if id(node) not in chosen:
+            out.graph.node.append(node)
+            continue
+        name = node.name or node.output[0]
+        out.graph.node.extend([
+            helper.make_node("Transpose", [node.input[1]], [f"{name}_weight_t"], f"{name}_Transpose", perm=[1, 0]),
+            helper.make_node("MatMul", [node.input[0], f"{name}_weight_t"], list(node.output), name)])
+    return out
+
+
+def _plain_trans_b(node: onnx.NodeProto) -> bool:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return attrs.get("transB", 0) == 1 and not attrs.get("transA", 0) and attrs.get("alpha", 1.0) == 1.0 \
+        and not attrs.get("transBatchA", 0) and not attrs.get("transBatchB", 0)
+
+
 def _weight_input(node: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> onnx.TensorProto | None:
     """The initializer quantize_dynamic quantizes for ``node``: a MatMul's B, a Gather's data."""
     if node.op_type == "MatMul" and len(node.input) > 1:

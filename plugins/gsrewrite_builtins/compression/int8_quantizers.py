@@ -81,13 +81,18 @@ class DynamicInt8:
     #: quantized weights by weight and settings, for the model quantized last (a bisection reuses them)
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
     _cache_owner: Any = field(default=None, repr=False, compare=False)
+    #: (model given, the model quantized: a tied head's FusedMatMul as MatMul of a Transpose)
+    _unfused: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
 
     def apply(self, model: onnx.ModelProto, **options: Any) -> Compressed:
         _check(self.name, options, self.options)
         from onnxruntime.quantization.registry import IntegerOpsRegistry
 
-        from gsrewrite_builtins.compression.dynamic_int8 import covers
+        from gsrewrite_builtins.compression.dynamic_int8 import covers, unfused_heads
 
+        if self._unfused[0] is not model:  # one view per model: a bisection's runs keep the quantized weights
+            self._unfused = (model, unfused_heads(model))
+        model = self._unfused[1]
         op_types = list(options.get("op_types") or ())  # none: quantize_dynamic's own defaults
         asked = ", ".join(op_types) if op_types else "its defaults: " + ", ".join(IntegerOpsRegistry) + \
             " (Gemm as MatMul + Add)"

@@ -182,7 +182,7 @@ class _Editor:
     def _cached_replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
                         ) -> list[onnx.NodeProto] | None:
         """:meth:`_replace`, or what it gave for the same node and settings before (nodes, tensors, counts)."""
-        if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
+        if not self._quantizable(node):
             return None
         transpose = self.transposed.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
         key = (node.SerializeToString(), transpose.SerializeToString() if transpose is not None else b"",
@@ -232,10 +232,30 @@ class _Editor:
         return sum(1 for n in self.model.graph.node
                    if n.op_type == "Gather" and n.input[0] == name and name not in n.input[1:])
 
+    def _quantizable(self, node: onnx.NodeProto) -> bool:
+        """An op this run quantizes: the selected ONNX ops, and for onnxruntime a FusedMatMul when MatMul is."""
+        if node.name in self.exclude:
+            return False
+        if node.domain in ("", "ai.onnx"):
+            return node.op_type in self.op_types
+        return node.domain == "com.microsoft" and node.op_type == "FusedMatMul" and "MatMul" in self.op_types \
+            and self.target == "ort"
+
     def _replace(self, node: onnx.NodeProto, inits: dict[str, onnx.TensorProto], users: dict[str, int]
                  ) -> list[onnx.NodeProto] | None:
-        if node.domain not in ("", "ai.onnx") or node.name in self.exclude or node.op_type not in self.op_types:
+        if not self._quantizable(node):
             return None
+        if node.op_type == "FusedMatMul":  # x @ W^T with W stored [N, K] (matmul-transposed: a tied LM head)
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            if attrs.get("transA", 0) or not attrs.get("transB", 0) or attrs.get("alpha", 1.0) != 1.0 \
+                    or attrs.get("transBatchA", 0) or attrs.get("transBatchB", 0) or len(node.input) != 2:
+                return None
+            embeddings = self._embedding_readers(node.input[1])  # GPT-2's wte: the head gets a quantized copy
+            w = self._weight(node, 1, inits, users, also_read=embeddings)
+            if w is None or w.ndim != 2:
+                return None
+            self.tied += bool(embeddings)
+            return self._linear(node, node.input[0], w.T, None, node.output[0])
         if node.op_type == "MatMul":
             transpose = self.transposed.get(node.input[1]) if len(node.input) > 1 else None
             if transpose is not None:  # a tied LM head: x @ W^T with W stored [N, K], as MatMulNBits keeps it

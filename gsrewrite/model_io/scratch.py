@@ -1,0 +1,130 @@
+"""Payloads a request makes, kept in a scratch file instead of in memory (issue 27: a rewrite that creates a tensor
+owns only that tensor, and not twice).
+
+A request that reads its model weightless (:func:`gsrewrite.model_io.weights.weights_from`) also binds a
+:class:`Scratch`: when the graph is exported (``graph.core.write_graph``), an array a pass or a fusion made (a packed
+Q/K/V weight, a folded constant) of at least :data:`SPILL_BYTES` is appended to the scratch file and exported as an
+external-data reference to it, like the model's own weights. Every reader resolves references through
+:func:`gsrewrite.model_io.weightless.external_range`, which knows the scratch file's location token; onnxruntime,
+which cannot, is given those payloads as arrays mapped from the file (``validation/in_memory.py``). Before a
+request hands its result back, :func:`inlined` puts the payloads back into the model (the scratch file is removed
+when the request ends), so a caller never sees a reference to it.
+
+The scratch file is a temporary file of its own (never in the user's folders), created on the first payload and
+removed when the outermost binding ends; bindings nest (an inner request shares the outer one's file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+import numpy as np
+from onnx import ModelProto, TensorProto, helper
+
+#: arrays of at least this many bytes go to the scratch file when exported
+SPILL_BYTES = 1 << 20
+#: payload alignment in the scratch file
+_ALIGN = 64
+_CURRENT: ContextVar[Scratch | None] = ContextVar("gsrewrite_scratch", default=None)
+
+
+class Scratch:
+    """One request's scratch file: payloads appended, referred to by a location token no real file has."""
+
+    def __init__(self) -> None:
+        self.token = f"gsrewrite-scratch-{uuid.uuid4().hex}.bin"
+        self.path: str | None = None
+        self._fd: int | None = None
+        self._size = 0
+
+    def write(self, data: bytes | memoryview) -> tuple[int, int]:
+        """Append ``data``; returns its (offset, length)."""
+        if self._fd is None:
+            self._fd, self.path = tempfile.mkstemp(prefix="gsrewrite-scratch-", suffix=".bin")
+        offset = self._size + (-self._size % _ALIGN)
+        view = memoryview(data).cast("B")
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], offset + written)
+        self._size = offset + len(view)
+        return offset, len(view)
+
+    def close(self) -> None:
+        """Remove the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+
+@contextlib.contextmanager
+def scratch_file() -> Iterator[Scratch]:
+    """Bind a scratch file for this block (this thread and the contexts copied from it); inside a block that has
+    one already, that one."""
+    current = _CURRENT.get()
+    if current is not None:
+        yield current
+        return
+    scratch = Scratch()
+    token = _CURRENT.set(scratch)
+    try:
+        yield scratch
+    finally:
+        _CURRENT.reset(token)
+        scratch.close()
+
+
+def resolve(location: str) -> str | None:
+    """The scratch file's path when ``location`` is the bound scratch file's token, else None."""
+    scratch = _CURRENT.get()
+    return scratch.path if scratch is not None and location == scratch.token else None
+
+
+def is_scratch(tensor: TensorProto) -> bool:
+    """Whether ``tensor`` refers to the bound scratch file."""
+    return tensor.data_location == TensorProto.EXTERNAL and any(
+        e.key == "location" and resolve(e.value) is not None for e in tensor.external_data)
+
+
+def spill(name: str, values: np.ndarray) -> TensorProto | None:
+    """``values`` appended to the bound scratch file, as a tensor referring to them; None when no scratch file
+    is bound, the array is small, or its type is not a plain numpy one (it is then exported as it is)."""
+    scratch = _CURRENT.get()
+    if scratch is None or values.nbytes < SPILL_BYTES or values.dtype.kind not in "biuf" \
+            or values.dtype.fields is not None:
+        return None
+    try:
+        data_type = helper.np_dtype_to_tensor_dtype(values.dtype)
+    except (KeyError, ValueError, TypeError):
+        return None
+    little = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False)
+    offset, length = scratch.write(little.data)
+    tensor = TensorProto(name=name, data_type=data_type, dims=values.shape, data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", scratch.token), ("offset", str(offset)), ("length", str(length))):
+        tensor.external_data.add(key=key, value=value)
+    return tensor
+
+
+def inlined(model: ModelProto) -> ModelProto:
+    """``model`` (changed in place) with every main-graph initializer that refers to the scratch file holding its
+    bytes again."""
+    for tensor in model.graph.initializer:
+        if not is_scratch(tensor):
+            continue
+        entries = {e.key: e.value for e in tensor.external_data}
+        path = resolve(entries["location"])
+        assert path is not None
+        with open(path, "rb") as f:
+            f.seek(int(entries.get("offset", "0")))
+            data = f.read(int(entries["length"]))
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+        tensor.raw_data = data
+    return model
