@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gsrewrite.errors import ExternalDataError, InvalidModelError, ModelTooLargeError, OutputError
+from gsrewrite.errors import ExternalDataError, InvalidModelError, ModelNotFoundError, ModelTooLargeError, OutputError
 from gsrewrite.model_io import (
     PROTOBUF_LIMIT,
     check_output_path,
@@ -528,3 +528,24 @@ def test_graph_walks_find_subgraphs_of_control_flow_and_custom_ops() -> None:
     assert names == ["main", "branch", "inner", "branch", "inner"]
     assert sorted(n.op_type for n in iter_nodes(model)) == sorted(
         ["If", "Relu", "Relu", "MyLoop", "Neg", "Relu", "MyLoop", "Neg"])
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes")
+def test_a_fifo_swapped_in_after_the_path_checks_is_refused_not_waited_on(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path checks see a regular file; a named pipe replaces it before the open: the open does not block and
+    the descriptor is checked (before, open() waited for a writer that never comes)."""
+    from gsrewrite.model_io import loading
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(b"x")
+    checks = loading._read_file_checks
+
+    def then_swap(name: str) -> None:
+        checks(name)
+        os.remove(name)
+        os.mkfifo(name)
+
+    monkeypatch.setattr(loading, "_read_file_checks", then_swap)
+    with pytest.raises(ModelNotFoundError, match="named pipe, not a regular file"):
+        load_model(path)

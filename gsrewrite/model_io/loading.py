@@ -21,6 +21,7 @@ from gsrewrite.errors import InvalidModelError, ModelError, ModelNotFoundError, 
 from gsrewrite.model_io.external_data import external_refs, read_external_data
 from gsrewrite.model_io.structure import check_structure, check_text
 from gsrewrite.model_io.tensors import DEFAULT_MAX_TENSOR_BYTES, check_tensors
+from gsrewrite.model_io.user_files import open_regular
 from gsrewrite.model_io.wire import initializer_payloads
 
 _IR_VERSION_TAG = b"\x08"  # field 1 (ir_version), varint: the first byte of every model onnx writes
@@ -63,7 +64,9 @@ def _mapped_file(name: str) -> Iterator[bytes | memoryview]:
     _read_file_checks(name)
     with contextlib.ExitStack() as stack:
         try:  # only opening and mapping are reading the file: an OSError of the caller's block is its own
-            f = stack.enter_context(open(name, "rb"))
+            # opened without blocking and checked on the open descriptor: a FIFO swapped in after the path checks
+            # is refused, not waited on
+            f = stack.enter_context(open_regular(name, "model file", ModelNotFoundError))
             data: bytes | memoryview = b""
             if os.fstat(f.fileno()).st_size:
                 try:
