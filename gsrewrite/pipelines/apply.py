@@ -157,12 +157,14 @@ class Fusions:
 
 
 def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None, *,
-            reference: onnx.ModelProto | None = None, pending: Any = None) -> RewriteResult:
+            reference: onnx.ModelProto | None = None, pending: Any = None, graph: gs.Graph | None = None
+            ) -> RewriteResult:
     """:func:`apply`'s pipeline. ``validation``: keyword arguments of :func:`gsrewrite.validate`, None for no
     validation. ``reference``: the model ``source`` was derived from (``optimize``: the model before the
     cleanup), what the result is compared with and given back when nothing agrees. ``pending``: the reference's
     validator when the caller made it (started or not: a validator not started starts at the first comparison);
-    without one, the reference run starts at once, overlapping the rewrite."""
+    without one, the reference run starts at once, overlapping the rewrite. ``graph``: ``source``'s model as the
+    previous stage left it (typed; consumed), taken instead of importing the model again."""
     start = time.perf_counter()
     original, options = source.model, fusions.options
     check_target(fusions.target)
@@ -174,7 +176,8 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
         pending = reference_validator(source if reference is None else source.derived(reference), validation).start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):
-        out, run = _rewrite(working, selected, fusions.target, options.explain, registry)
+        out, run = _rewrite(working, selected, fusions.target, options.explain, registry,
+                            graph if working is original else None)
     result = _result(original, out, run, selected)
     result.skipped.update(elsewhere)
     if reference is not None:
@@ -234,8 +237,8 @@ def _convert_opset(model: onnx.ModelProto, opset: int | None) -> onnx.ModelProto
 
 
 def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, explain: bool,
-             registry: PatternRegistry) -> tuple[onnx.ModelProto, PassResult]:
-    graph = canonicalize(to_graph(model))
+             registry: PatternRegistry, graph: gs.Graph | None = None) -> tuple[onnx.ModelProto, PassResult]:
+    graph = canonicalize(graph if graph is not None else to_graph(model))
     rewrite = RewritePass(patterns, registry.checks, registry.computes, target, explain=explain)
     run = rewrite.run(graph)
     if not run.modified:

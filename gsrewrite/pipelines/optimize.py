@@ -98,10 +98,12 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     if pending is not None and simplify and likely_to_change(original):
         pending.start()  # at once: overlaps all of the cleanup
     try:
-        working, passes = _simplified(original, pending.start if pending is not None else None) if simplify \
-            else (original, {})
+        working, passes, graph = _simplified(original, pending.start if pending is not None else None) \
+            if simplify else (original, {}, None)
+        # the cleanup's graph goes to the fusion pass as it is (no import of ``working`` again); ``working`` is
+        # what bisection rebuilds from and what comes back when no fusion applies
         result = rewrite(source.derived(working), fusions, validation,
-                         reference=original if working is not original else None, pending=pending)
+                         reference=original if working is not original else None, pending=pending, graph=graph)
     except BaseException:  # the reference run must not outlive a failed call either
         if pending is not None:
             pending.join()
@@ -111,14 +113,15 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     return result
 
 
-def _simplified(model: onnx.ModelProto, on_change: Callable[[], None] | None) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """The simplified model (``model`` itself when no pass changed anything) and the changes per pass; not
-    validated here (optimize validates its end result)."""
+def _simplified(model: onnx.ModelProto, on_change: Callable[[], None] | None
+                ) -> tuple[onnx.ModelProto, dict[str, int], Any]:
+    """The simplified model (``model`` itself when no pass changed anything), the changes per pass and the
+    simplified graph (None with the model itself); not validated here (optimize validates its end result)."""
     from gsrewrite.validation.runner import unvalidated_inner_step
 
     with unvalidated_inner_step():
         result = run_passes(model, Settings(), on_change=on_change)
-    return (result.model, dict(result.counts)) if result.changed else (model, {})
+    return (result.model, dict(result.counts), result.graph) if result.changed else (model, {}, None)
 
 
 def _only(fusions: Fusions, names: list[str]) -> Fusions:

@@ -7,7 +7,6 @@ model comes back.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
+import onnx_graphsurgeon as gs
 
 from gsrewrite.errors import UsageError
 from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
-from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.weights import weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
@@ -81,6 +80,7 @@ def simplify(
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _simplify(source, settings, passes, validation_kwargs(validate), input_shapes)
+        result.graph = None  # the handover to a next stage is optimize's; a caller gets the model
         inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.seconds = time.perf_counter() - start
     result.weights_dir = source.weights_dir
@@ -150,6 +150,8 @@ def _simplified(original: onnx.ModelProto, settings: Settings, passes: list[Grap
         out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
     result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
     result.skipped_folds = skipped_folds(passes)
+    result.graph = run.graph if out is not original else None
+    run.graph = None
     return result, run
 
 
@@ -162,11 +164,8 @@ class _Run:
     max_rounds: int
     keep_metadata: bool
     on_change: Callable[[], None] | None = None
-
-    @functools.cached_property
-    def value_info(self) -> set[str]:
-        """Names of the tensors the original declares in ``value_info`` (the only ones the result keeps)."""
-        return {vi.name for graph, _ in iter_graphs(self.original) for vi in graph.value_info}
+    #: the graph the last run exported (typed): handed to the fusion pass by optimize
+    graph: gs.Graph | None = None
 
     def __call__(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
@@ -185,8 +184,11 @@ class _Run:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
         if not is_sorted(graph):
             toposort(graph)
-        out = to_model(graph, working, value_info=self.value_info)
+        # exported with every type, kept in the graph for the next stage; the interface restoration then drops the
+        # value_info entries the original did not have
+        out = to_model(graph, working)
         restore_interface(out, self.original, keep_io=not self.input_shapes, keep_metadata=self.keep_metadata)
+        self.graph = graph
         return out, dict(counts), rounds
 
 

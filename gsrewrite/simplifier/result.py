@@ -62,6 +62,9 @@ class SimplifyResult:
     serialized: bytes | None = field(default=None, repr=False)
     #: the folder ``model``'s weight references are relative to (a model read weightless: Source.mapped), if any
     weights_dir: str | None = None
+    #: the simplified graph itself (onnx-graphsurgeon, its tensors typed), for a next stage to take over without
+    #: importing ``model`` again (optimize's fusion pass); None when ``model`` is the original
+    graph: Any = field(default=None, repr=False, compare=False)
     _stats: dict[int, ModelStats] = field(default_factory=dict, repr=False)
     _sizes: dict[int, int] = field(default_factory=dict, repr=False)
 
