@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.errors import PatternError
 from gsrewrite.graph.core import constant_values
@@ -111,7 +112,8 @@ class Match:
         if name in self.captures:
             return self.captures[name]
         if name in self.computed:
-            return self.computed[name]
+            value = self.computed[name]
+            return value.load() if isinstance(value, LazyValues) else value
         const = self.constant(name)
         if const is not None:
             return const

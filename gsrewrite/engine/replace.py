@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
@@ -80,6 +81,8 @@ def _output(env: dict[str, gs.Tensor | None], name: str, names: NameSource, stam
 
 
 def _constant(name: str, value: Any) -> gs.Constant:
+    if isinstance(value, LazyValues):  # computed into the request's scratch file
+        return gs.Constant(name, value)
     array = constant_values(value) if isinstance(value, gs.Constant) else np.asarray(value)
     return gs.Constant(name, made_values(name, array))
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.engine.dedupe import merge_added_duplicates
@@ -23,7 +24,7 @@ from gsrewrite.engine.replace import replace_match
 from gsrewrite.engine.shape_reads import release_shape_reads
 from gsrewrite.engine.targets import choose_replacement
 from gsrewrite.engine.tracing import Tracer
-from gsrewrite.graph.core import NameSource, cleanup, toposort
+from gsrewrite.graph.core import NameSource, cleanup, made_values, toposort
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.protocols import PassResult as PassResult  # the one pass result (re-exported for the engine's users)
 
@@ -137,7 +138,10 @@ class RewritePass:
     def _compute(self, match: Match, cv: CompiledVariant, tracer: Tracer | None) -> bool:
         for value, function in match.pattern.compute.items():
             try:
-                match.computed[value] = match.calling(function, self.computes[function])
+                made = match.calling(function, self.computes[function])
+                # a large array goes to the request's scratch file now: a sweep computes every match before it
+                # replaces any, and the packed weights of all of them would be in memory at once (BERT-base: 42 MB)
+                match.computed[value] = made_values(value, made) if isinstance(made, np.ndarray) else made
             except CheckFailed as exc:
                 if tracer is not None:
                     size = len(cv.variant.template.nodes)
