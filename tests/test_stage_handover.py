@@ -36,3 +36,32 @@ def test_the_fusion_pass_takes_the_cleanup_graph_and_gives_the_same_model(monkey
     assert len(imports) == 1  # without the graph, the simplified model is imported again
     assert handed.model.SerializeToString() == reimported.model.SerializeToString()
     assert dict(handed.counts) == dict(reimported.counts)
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 40])
+def test_the_reference_run_overlaps_the_rewrite_only_for_small_models(monkeypatch: pytest.MonkeyPatch,
+                                                                       limit: int) -> None:
+    """Up to OVERLAP_MAX_WEIGHT_BYTES the reference run starts beside the cleanup; above, at the first comparison,
+    after the fusion pass (its onnxruntime session never coexists with the rewrite's working set)."""
+    from gsrewrite.pipelines import options
+    from gsrewrite.validation.background import LazyValidator
+
+    apply_module = importlib.import_module("gsrewrite.pipelines.apply")
+    monkeypatch.setattr(options, "OVERLAP_MAX_WEIGHT_BYTES", limit)
+    events: list[str] = []
+    start, rewrite = LazyValidator.start, apply_module._rewrite
+
+    def started(self: LazyValidator) -> LazyValidator:
+        if not self.started:
+            events.append("reference run")
+        return start(self)
+
+    def rewritten(*args: object, **kwargs: object) -> object:
+        events.append("rewrite")
+        return rewrite(*args, **kwargs)
+
+    monkeypatch.setattr(LazyValidator, "start", started)
+    monkeypatch.setattr(apply_module, "_rewrite", rewritten)
+    result = gsrewrite.optimize(str(EXAMPLE))
+    assert result.validation is not None and result.validation.ok
+    assert events[:2] == (["rewrite", "reference run"] if limit == 0 else ["reference run", "rewrite"])

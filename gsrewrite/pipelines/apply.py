@@ -173,7 +173,9 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     selected, elsewhere = _for_device(selected, fusions.device)
     validate = validation is not None
     if pending is None and validate:
-        pending = reference_validator(source if reference is None else source.derived(reference), validation).start()
+        pending = reference_validator(source if reference is None else source.derived(reference), validation)
+        if source.overlaps_reference():
+            pending.start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):
         out, run = _rewrite(working, selected, fusions.target, options.explain, registry,

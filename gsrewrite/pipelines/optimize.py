@@ -95,10 +95,11 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
     pending = reference_validator(source, validation) if validation is not None else None
-    if pending is not None and simplify and likely_to_change(original):
-        pending.start()  # at once: overlaps all of the cleanup
+    overlapping = pending if pending is not None and source.overlaps_reference() else None
+    if overlapping is not None and simplify and likely_to_change(original):
+        overlapping.start()  # at once: overlaps all of the cleanup
     try:
-        working, passes, graph = _simplified(original, pending.start if pending is not None else None) \
+        working, passes, graph = _simplified(original, overlapping.start if overlapping is not None else None) \
             if simplify else (original, {}, None)
         # the cleanup's graph goes to the fusion pass as it is (no import of ``working`` again); ``working`` is
         # what bisection rebuilds from and what comes back when no fusion applies

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from gsrewrite.patterns.registry import PatternRegistry
 
 
+#: weights up to which the reference run overlaps the cleanup and the rewrite: it made small models 3-10% faster
+#: (benchmarks/results/performance_notes_history.md); at BERT-base width it saved no wall time (A/B 0.95, 9 pairs)
+#: but its mapped weights beside the rewrite's working set raised optimize's median peak 360 -> 404 MiB
+#: (benchmarks/results/pipeline_memory.md)
+OVERLAP_MAX_WEIGHT_BYTES = 64 << 20
+
+
 @dataclass(frozen=True)
 class Source:
     """A model and the file it was read from, unchanged, if any. ``weights_dir``: the folder the model's
@@ -64,6 +71,12 @@ class Source:
         from gsrewrite.model_io.tensors import initializer_bytes
 
         return initializer_bytes(self.model)
+
+    def overlaps_reference(self) -> bool:
+        """Whether the reference run may work beside the cleanup and the rewrite (a worker thread): for models of
+        at most :data:`OVERLAP_MAX_WEIGHT_BYTES`; a larger one's reference session (its weights mapped) then never
+        coexists with the rewrite's working set, and starts at the first comparison."""
+        return self.weight_bytes() <= OVERLAP_MAX_WEIGHT_BYTES
 
     def derived(self, model: onnx.ModelProto) -> Source:
         """A source for ``model`` made from this one (no file of its own; its references read from the same

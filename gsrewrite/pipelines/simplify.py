@@ -92,10 +92,12 @@ def _simplify(source: Source, settings: Settings, passes: Any, validation: dict[
     original = source.model
     checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
         if validation is not None else None
-    if checker is not None and likely_to_change(original):
+    overlap = checker is not None and source.overlaps_reference()
+    if checker is not None and overlap and likely_to_change(original):
         checker.start()  # at once: the reference run overlaps all of the passes
     try:
-        result, run = _simplified(original, settings, passes, checker.start if checker is not None else None)
+        result, run = _simplified(original, settings, passes,
+                                  checker.start if checker is not None and overlap else None)
     except BaseException:  # the reference run must not outlive a failed call
         if checker is not None:
             checker.close()
