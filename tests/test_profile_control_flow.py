@@ -135,6 +135,30 @@ def test_the_memory_plan_sees_the_tensors_inside_a_local_function() -> None:
     assert not plan.unknown
 
 
+def test_the_memory_plan_says_it_leaves_control_flow_bodies_out(tmp_path) -> None:
+    """The tensors inside If/Loop/Scan bodies are not planned: the plan says so (incomplete, "at least") instead of
+    presenting the outer graph's arena as the whole."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    plan = gsrewrite.plan_memory(_if_model(), {"N": 3})
+    assert plan.in_subgraphs == ["e0"] and not plan.complete and not plan.unknown
+    assert gsrewrite.plan_memory(_loop_model(numpy_helper.from_array(np.array(5, np.int64), "M")),
+                                 {"N": 3}).in_subgraphs == []  # the body computes only its outputs
+    onnx.save(_if_model(), tmp_path / "if.onnx")
+    gsrewrite_cli = Path(sys.executable).parent / "gsrewrite"
+    done = subprocess.run([str(gsrewrite_cli), "memory", str(tmp_path / "if.onnx"), "--input-shape", "N=3"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "inside If/Loop/Scan bodies" in done.stdout and "at least" in done.stdout
+    done = subprocess.run([str(gsrewrite_cli), "memory", str(tmp_path / "if.onnx"), "--input-shape", "N=3",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stdout)
+    assert report["tensors_in_subgraphs"] == ["e0"] and report["complete"] is False
+
+
 def test_the_installed_cli_profiles_an_if_and_answers_a_function_bomb_at_once(tmp_path) -> None:
     import json
     import subprocess

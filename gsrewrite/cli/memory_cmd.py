@@ -36,16 +36,21 @@ def memory(model: str, input_shape: tuple[str, ...], top: int, as_json: bool) ->
             ("graph inputs / outputs", f"{least if plan.unknown_io else ''}{human_bytes(plan.input_bytes)} / "
                                        f"{least if plan.unknown_io else ''}{human_bytes(plan.output_bytes)}"),
             ("weights", human_bytes(plan.weight_bytes))]
-    for label, names in (("size unknown", plan.unknown), ("input/output size unknown", plan.unknown_io)):
+    for label, names in (("size unknown", plan.unknown), ("input/output size unknown", plan.unknown_io),
+                         ("inside If/Loop/Scan bodies", plan.in_subgraphs)):
         if names:
             more = ", ..." if len(names) > 3 else ""
             rows.append((label, f"{len(names)} tensor(s), not planned: {', '.join(names[:3])}{more}"))
     out.print(table("Memory plan", ["", "value"], rows))
-    if not plan.complete:
+    if plan.unknown or plan.unknown_io:
         count = len(plan.unknown) + len(plan.unknown_io)
         out.print(f"Incomplete plan: {count} tensor(s) have a size unknown before the model runs (their rank or a "
                   "dim no input gives); the byte counts above leave them out and are lower bounds.", markup=False,
                   highlight=False)
+    if plan.in_subgraphs:
+        out.print(f"Incomplete plan: {len(plan.in_subgraphs)} tensor(s) inside If/Loop/Scan bodies are not planned "
+                  "(one body runs at a time, beside the graph's live buffers); the byte counts above are lower "
+                  "bounds.", markup=False, highlight=False)
     largest = sorted(plan.buffers, key=lambda b: -b.size)[:top]
     out.print(table(f"Largest {len(largest)} buffers", ["tensor", "offset", "size", "steps"], [
         (b.tensor, f"{b.offset:,}", human_bytes(b.size), f"{b.start}-{b.end}") for b in largest]))

@@ -69,12 +69,14 @@ class MemoryPlan:
     strategy: str
     #: graph inputs and outputs whose size is unknown (not in input_bytes / output_bytes)
     unknown_io: list[str] = field(default_factory=list)
+    #: intermediates inside If/Loop/Scan bodies: not planned (the bodies' shapes are not inferred here)
+    in_subgraphs: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        """Whether every tensor's size is known; when not, every byte count is a lower bound (the tensors of
-        unknown size are not in them)."""
-        return not self.unknown and not self.unknown_io
+        """Whether every tensor is planned; when not, every byte count is a lower bound (the tensors of unknown
+        size, and those inside control-flow bodies, are not in them)."""
+        return not self.unknown and not self.unknown_io and not self.in_subgraphs
 
     @property
     def ratio_to_bound(self) -> float:
@@ -87,7 +89,7 @@ class MemoryPlan:
             "peak_step": self.peak_step, "peak_node": self.peak_node, "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes, "weight_bytes": self.weight_bytes, "bindings": self.bindings,
             "strategy": self.strategy, "complete": self.complete, "tensors_with_unknown_size": self.unknown,
-            "inputs_outputs_with_unknown_size": self.unknown_io,
+            "inputs_outputs_with_unknown_size": self.unknown_io, "tensors_in_subgraphs": self.in_subgraphs,
             "buffers": [{"tensor": b.tensor, "offset": b.offset, "size": b.size, "first_step": b.start,
                          "last_step": b.end, "aliases": b.aliases} for b in self.buffers],
         }
@@ -162,7 +164,24 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
         output_bytes=sum(size_of(n) or 0 for n in graph_outputs), weight_bytes=weight_bytes,
         bindings=dict(bindings), unknown=unknown, strategy=strategy,
         unknown_io=[n for n in (*(i.name for i in graph.input), *(o.name for o in graph.output))
-                    if (n in graph_inputs or n in graph_outputs) and size_of(n) is None])
+                    if (n in graph_inputs or n in graph_outputs) and size_of(n) is None],
+        in_subgraphs=_body_intermediates(nodes))
+
+
+def _body_intermediates(nodes: list[onnx.NodeProto]) -> list[str]:
+    """The tensors the nodes inside ``nodes``' subgraphs (at any depth) compute, but their outputs and constants."""
+    names: list[str] = []
+    pending = [node for node in nodes if may_hold_graphs(node)]
+    while pending:
+        node = pending.pop()
+        for _, sub in node_subgraphs(node):
+            outputs = {o.name for o in sub.output}
+            for inner in sub.node:
+                if inner.op_type != "Constant":
+                    names.extend(o for o in inner.output if o and o not in outputs)
+                if may_hold_graphs(inner):
+                    pending.append(inner)
+    return names
 
 
 def _reusable(node: onnx.NodeProto, index: int, step: int, size: int, owner: Mapping[str, Buffer],
