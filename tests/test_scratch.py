@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gsrewrite.model_io import save_model
-from gsrewrite.model_io.scratch import SPILL_BYTES, inlined, is_scratch, spill
-from gsrewrite.model_io.weights import tensor_values, weights_from
+from gsrewrite.model_io.scratch import SPILL_BYTES, is_scratch, spill
+from gsrewrite.model_io.weights import inlined, tensor_values, weights_from
 from gsrewrite.pipelines import optimize
 from gsrewrite.pipelines.options import Source
 

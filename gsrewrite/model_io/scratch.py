@@ -7,8 +7,8 @@ Q/K/V weight, a folded constant) of at least :data:`SPILL_BYTES` is appended to 
 external-data reference to it, like the model's own weights. Every reader resolves references through
 :func:`gsrewrite.model_io.weightless.external_range`, which knows the scratch file's location token; onnxruntime,
 which cannot, is given those payloads as arrays mapped from the file (``validation/in_memory.py``). Before a
-request hands its result back, :func:`inlined` puts the payloads back into the model (the scratch file is removed
-when the request ends), so a caller never sees a reference to it.
+request hands its result back, :func:`gsrewrite.model_io.weights.inlined` puts the payloads back into the model
+(the scratch file is removed when the request ends), so a caller never sees a reference to it.
 
 The scratch file is a temporary file of its own (never in the user's folders), created on the first payload and
 removed when the outermost binding ends; bindings nest (an inner request shares the outer one's file).
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 import numpy as np
-from onnx import ModelProto, TensorProto, helper
+from onnx import TensorProto, helper
 
 #: arrays of at least this many bytes go to the scratch file when exported
 SPILL_BYTES = 1 << 20
@@ -111,20 +111,3 @@ def spill(name: str, values: np.ndarray) -> TensorProto | None:
         tensor.external_data.add(key=key, value=value)
     return tensor
 
-
-def inlined(model: ModelProto) -> ModelProto:
-    """``model`` (changed in place) with every main-graph initializer that refers to the scratch file holding its
-    bytes again."""
-    for tensor in model.graph.initializer:
-        if not is_scratch(tensor):
-            continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        path = resolve(entries["location"])
-        assert path is not None
-        with open(path, "rb") as f:
-            f.seek(int(entries.get("offset", "0")))
-            data = f.read(int(entries["length"]))
-        del tensor.external_data[:]
-        tensor.data_location = TensorProto.DEFAULT
-        tensor.raw_data = data
-    return model

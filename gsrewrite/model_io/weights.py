@@ -24,7 +24,7 @@ from onnx import ModelProto, TensorProto, helper, numpy_helper
 
 from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import tensor_protos
-from gsrewrite.model_io.scratch import scratch_file
+from gsrewrite.model_io.scratch import is_scratch, scratch_file
 from gsrewrite.model_io.weightless import external_range
 
 #: element types stored two to a byte (their array is not the bytes reinterpreted)
@@ -103,6 +103,21 @@ def materialized(model: ModelProto, folder: str | None = None) -> ModelProto:
             tensor.data_location = TensorProto.DEFAULT
             tensor.raw_data = np.ascontiguousarray(values).astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
     return out
+
+
+def inlined(model: ModelProto) -> ModelProto:
+    """``model`` (changed in place) with every main-graph initializer that refers to the request's scratch file
+    (:mod:`gsrewrite.model_io.scratch`) holding its bytes again: what a request made, handed back before the file
+    goes away with the request."""
+    for tensor in model.graph.initializer:
+        if is_scratch(tensor):
+            found = payload_range(tensor, "")
+            assert found is not None
+            data = read_range(*found)
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.DEFAULT
+            tensor.raw_data = data
+    return model
 
 
 def payload_range(tensor: TensorProto, folder: str | None = None) -> tuple[str, int, int] | None:

@@ -29,8 +29,7 @@ from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.scratch import inlined
-from gsrewrite.model_io.weights import weights_from
+from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
@@ -246,11 +245,7 @@ def _rewrite(model: onnx.ModelProto, patterns: list[Pattern], target: str, expla
     if not run.modified:
         return model, run
     legalize(graph)
-    out = to_model(graph, model)
-    # the exported model holds the result: the pass result lets go of the graph, so that the arrays the rewrite
-    # made are not resident twice while the candidate is validated (they are in ``out`` now)
-    run.graph = gs.Graph()
-    return out, run
+    return to_model(graph, model), run
 
 
 def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,

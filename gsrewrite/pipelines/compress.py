@@ -33,9 +33,8 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
-from gsrewrite.model_io.scratch import inlined
 from gsrewrite.model_io.tensors import initializer_bytes
-from gsrewrite.model_io.weights import has_references, materialized, weights_from
+from gsrewrite.model_io.weights import has_references, inlined, materialized, weights_from
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.pipelines.options import TOLERANCE_FIELDS
 from gsrewrite.protocols import CompressionStrategy, Tolerance

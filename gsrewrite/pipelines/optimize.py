@@ -18,8 +18,7 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.scratch import inlined
-from gsrewrite.model_io.weights import weights_from
+from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
 from gsrewrite.pipelines.options import (
     CompressOptions,

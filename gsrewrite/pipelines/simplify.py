@@ -20,8 +20,7 @@ from gsrewrite.errors import UsageError
 from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
-from gsrewrite.model_io.scratch import inlined
-from gsrewrite.model_io.weights import weights_from
+from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
 from gsrewrite.protocols import GraphPass
@@ -92,12 +91,11 @@ def _simplify(source: Source, settings: Settings, passes: Any, validation: dict[
     original = source.model
     checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
         if validation is not None else None
-    overlap = checker is not None and source.overlaps_reference()
-    if checker is not None and overlap and likely_to_change(original):
-        checker.start()  # at once: the reference run overlaps all of the passes
+    overlapping = checker if checker is not None and source.overlaps_reference() else None
+    if overlapping is not None and likely_to_change(original):
+        overlapping.start()  # at once: the reference run overlaps all of the passes
     try:
-        result, run = _simplified(original, settings, passes,
-                                  checker.start if checker is not None and overlap else None)
+        result, run = _simplified(original, settings, passes, overlapping.start if overlapping is not None else None)
     except BaseException:  # the reference run must not outlive a failed call
         if checker is not None:
             checker.close()
