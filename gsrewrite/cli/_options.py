@@ -77,6 +77,10 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-memory", "v_max_memory", metavar="SIZE", default=None,
                      help="Memory budget of a reference run, e.g. 2GB (default: half the available memory); "
                           "larger input sizes are skipped."),
+        click.option("--noise-factor", "v_noise_factor", type=click.FloatRange(min=0), default=8.0,
+                     show_default=True,
+                     help="Where the original's outputs move by more than --atol under onnxruntime's own "
+                          "optimizer, allow this many times that movement (0: --atol/--rtol only)."),
     )
 
     @functools.wraps(func)  # keeps click's __click_params__ gathered so far
@@ -102,7 +106,8 @@ def _validation(kwargs: dict[str, Any]) -> Any:
     budget = kwargs.pop("v_max_memory")
     return ValidationOptions(inputs=kwargs.pop("inputs"), input_shapes=input_shapes(kwargs.pop("input_shape")),
                              runs=kwargs.pop("v_runs"), atol=kwargs.pop("v_atol"), rtol=kwargs.pop("v_rtol"),
-                             seed=kwargs.pop("v_seed"), max_memory=None if budget is None else parse_size(budget))
+                             seed=kwargs.pop("v_seed"), max_memory=None if budget is None else parse_size(budget),
+                             noise_factor=kwargs.pop("v_noise_factor"))
 
 
 #: the criterion options: option names, metavar, click type, what it does in ``validate`` / in ``compress``

@@ -110,7 +110,8 @@ class ValidationOptions:
     ``inputs``: input arrays (an ``.npz`` path or a mapping) instead of generated inputs; ``input_shapes``: shapes
     of generated inputs or sizes of symbolic dims; ``runs``: random input sets; ``atol``/``rtol``: tolerances;
     ``seed``: of the generated inputs; ``providers``: onnxruntime execution providers; ``max_memory``: memory
-    budget of a reference run (bytes or ``"2GB"``).
+    budget of a reference run (bytes or ``"2GB"``); ``noise_factor``: how many times the model's own noise
+    (onnxruntime's optimized against unoptimized run) an output may move where that is over ``atol`` (0: never).
     """
 
     inputs: Any = None
@@ -121,6 +122,7 @@ class ValidationOptions:
     seed: int = 0
     providers: Sequence[str] | None = None
     max_memory: int | str | None = None
+    noise_factor: float = 8.0
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`gsrewrite.validate` (unset ones left out)."""

@@ -109,6 +109,7 @@ def _compare_float(
         nonfinite_mismatches=int(np.count_nonzero(non_finite)),
         max_abs=_max(absdiff[finite]),
         max_rel=_max(reldiff[finite]),
+        max_abs_outside_rtol=_max(absdiff[finite & (reldiff > rtol)]),
         cosine=cosine_similarity(a[finite], b[finite]),
         nan_original=int(np.count_nonzero(np.isnan(b))),
         nan_candidate=int(np.count_nonzero(np.isnan(a))),

@@ -149,9 +149,10 @@ class Session:
 
 @contextlib.contextmanager
 def open_session(source: ModelSource, providers: Sequence[str] | None = None,
-                 reuse_memory: bool = True, *, bench: BenchSettings | None = None) -> Iterator[Session]:
+                 reuse_memory: bool = True, *, bench: BenchSettings | None = None,
+                 optimized: bool = False) -> Iterator[Session]:
     """:func:`create_session` for the block; the session is closed (temporary files removed) when it ends."""
-    session = create_session(source, providers, reuse_memory, bench=bench)
+    session = create_session(source, providers, reuse_memory, bench=bench, optimized=optimized)
     try:
         yield session
     finally:
@@ -159,7 +160,7 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
 
 
 def create_session(source: ModelSource, providers: Sequence[str] | None = None, reuse_memory: bool = True, *,
-                   bench: BenchSettings | None = None) -> Session:
+                   bench: BenchSettings | None = None, optimized: bool = False) -> Session:
     """The onnxruntime session for ``source``: validation's settings (below), or with ``bench`` those of a
     user's program. :meth:`Session.close` it (or use :func:`open_session`).
 
@@ -171,7 +172,9 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
     ``reuse_memory=False`` skips onnxruntime's buffer-reuse planning (every intermediate gets its own
     buffer): for the one-off sessions of small probes (shape checks, side computations) that more than halves
     session creation (benchmarks/results/code_figures.md), at a memory cost that grows with the activations.
-    Validation plans reuse (its sessions run the model's real sizes).
+    Validation plans reuse (its sessions run the model's real sizes). ``optimized``: validation's settings but
+    with onnxruntime's graph optimizations on (``ORT_ENABLE_ALL``), to measure the model's own noise
+    (:mod:`gsrewrite.validation.noise`).
     """
     import onnxruntime as ort
 
@@ -181,6 +184,8 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
     options = _bench_options(bench) if bench is not None else _validation_options(source, reuse_memory)
+    if optimized and bench is None:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if source.path is None and source.weights_dir is not None:
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", source.weights_dir)
     keep = contextlib.ExitStack()

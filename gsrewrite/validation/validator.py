@@ -13,13 +13,14 @@ import numpy as np
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
 from gsrewrite.validation.class_scores import ClassAxis, class_axes
 from gsrewrite.validation.control import control_inputs
-from gsrewrite.validation.criteria import Criterion
+from gsrewrite.validation.criteria import AGREEMENT, ELEMENTS, NOISE_FACTOR, Criterion
 from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
 from gsrewrite.validation.kept_outputs import KeptOutputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
+from gsrewrite.validation.noise import Noise, measure_noise
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec
@@ -55,6 +56,7 @@ def validate(
     max_abs: float | None = None,
     min_agreement: float = 1.0,
     min_top1: float | None = None,
+    noise_factor: float = NOISE_FACTOR,
 ) -> ValidationReport:
     """Run ``original`` and ``candidate`` in onnxruntime on the same inputs and compare their outputs.
 
@@ -67,7 +69,9 @@ def validate(
     ``min_cosine`` or ``max_abs`` is given, float outputs are judged by those instead (what compression is held
     to); integer and bool outputs must be equal in at least ``min_agreement`` of their elements (1.0: all); class
     scores keep their top-1 class in at least ``min_top1`` of their rows when it is given. A NaN or infinity that
-    the original does not have in that place always disagrees (``docs/validation.md``). ``max_memory`` (bytes
+    the original does not have in that place always disagrees (``docs/validation.md``). Where the original's own
+    outputs move by more than ``atol`` under onnxruntime's optimizer, the element-wise rule takes ``noise_factor``
+    times that movement as its absolute tolerance (:mod:`gsrewrite.validation.noise`; 0: never). ``max_memory`` (bytes
     or ``"2GB"``; default half the available memory) bounds the estimated peak memory of a run: larger size
     sets are dropped.
 
@@ -78,7 +82,7 @@ def validate(
     onnxruntime cannot run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
     """
     criterion = Criterion(atol=atol, rtol=rtol, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
-                          min_top1=min_top1)
+                          min_top1=min_top1, noise_factor=noise_factor)
     validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
                           seed=seed, providers=providers, max_memory=max_memory, criterion=criterion)
     return validator.check(candidate)
@@ -95,8 +99,9 @@ class Validator:
     def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
                  seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None,
-                 criterion: Criterion | None = None) -> None:
-        self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol)
+                 criterion: Criterion | None = None, noise_factor: float = NOISE_FACTOR) -> None:
+        self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol,
+                                                                           noise_factor=noise_factor)
         atol, rtol = self.criterion.atol, self.criterion.rtol
         _check_options(runs)
         self.criterion.check()
@@ -116,6 +121,7 @@ class Validator:
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
         self.described = self.sets[0].described
+        self._noise: Noise | bool | None = False  # False: not measured yet; None: could not be
 
     def _reference_runs(self, session: Session, given: dict[str, np.ndarray] | None,
                         input_shapes: ShapeSpec | None) -> tuple[list[InputSet], list[list[dict[str, Any]]]]:
@@ -216,13 +222,40 @@ class Validator:
                     per_run += [dataclasses.replace(c, size_set=input_set.size.name) for c in compared]
             extra = [name for name in session.output_names if name not in self.output_names]
             timings = {**self.timings, "candidate": _timings(model, session)}
+        per_run = self._within_noise(per_run)
+        noise = self._noise if isinstance(self._noise, Noise) else None
         report = ValidationReport(
             outputs=_fold_runs(per_run, self.criterion), per_run=per_run, runs=self.runs, atol=self.atol,
             rtol=self.rtol, seed=self.seed, inputs=self.described, extra_outputs=extra, timings=timings,
             sizes=[_size_entry(s) for s in self.sets], criterion=self.criterion,
+            noise_source=noise.source if noise is not None and any(c.noise_max_abs or c.noise_mismatches
+                                                                   for c in per_run) else None,
         )
         log.info("%s", report.summary())
         return report
+
+
+    def _within_noise(self, per_run: list[OutputComparison]) -> list[OutputComparison]:
+        """``per_run`` judged against the model's own noise when some comparison misses the element-wise rule (or
+        an integer output differs) and the criterion lets noise widen it; measured once, on first need."""
+        rule = self.criterion
+        if not (rule.elementwise and rule.noise_factor > 0 and
+                any({ELEMENTS, AGREEMENT} & set(c.failed) for c in per_run)):
+            return per_run
+        if self._noise is False:
+            self._noise = self._measure_noise()
+        if not isinstance(self._noise, Noise):
+            return per_run
+        judged = [self._noise.judged(c) for c in per_run]
+        return [dataclasses.replace(c, failed=rule.failures(c)) for c in judged]
+
+    def _measure_noise(self) -> Noise | None:
+        runs, expected = [], []
+        for input_set, outputs in zip(self.sets, self.outputs, strict=True):
+            for run in range(self.runs):
+                runs.append((input_set.size.name, run, lambda s=input_set, r=run: s.feed(r)))
+                expected.append(outputs[run])
+        return measure_noise(self.original, runs, expected, self.providers)
 
 
 def input_attempts(dims: InputDims) -> list[tuple[InputDims, int]]:
