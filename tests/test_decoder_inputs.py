@@ -18,6 +18,7 @@ from gsrewrite.errors import ValidationError
 from gsrewrite.graph.dim_relations import solve_input_dims
 from gsrewrite.validation import validate
 from gsrewrite.validation.dims import LONG_PAST, input_dims
+from gsrewrite.validation.sizes import CHUNK_TOKENS
 
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 
@@ -92,11 +93,12 @@ def test_a_decoder_mask_spans_past_and_new_tokens(read: str) -> None:
     report = validate(model, model)
     assert report.ok
     sets = _mask_lengths(report)
-    assert [s[0] for s in sets] == ["decode", "prefill", "long past"]
+    assert [s[0] for s in sets] == ["decode", "prefill", "chunk", "long past"]
     assert all(mask == past + new for _, mask, past, new in sets), sets
-    decode, prefill, long = sets
+    decode, prefill, chunk, long = sets
     assert decode[3] == 1 and decode[2] > 0  # a decode step: one new token over a cache
     assert prefill[2] == 0 and prefill[3] > 1  # a prefill: no cache, several tokens
+    assert chunk[2] == decode[2] and chunk[3] == CHUNK_TOKENS  # several new tokens over the cache, at batch 2
     assert long[2] > decode[2]
 
 
@@ -122,7 +124,7 @@ def test_positions_follow_the_past_and_stay_inside_the_position_table() -> None:
     report = validate(model, model)
     long = next(s for s in report.sizes if s["name"] == "long past")
     assert long["shapes"]["past_key"][2] == min(LONG_PAST, 40 - 1)
-    assert "positions 39" in long["inputs"]["position_ids"]["values"]
+    assert "up to 39" in long["inputs"]["position_ids"]["values"]
 
 
 def test_an_input_compared_with_constants_takes_one_of_them(tmp_path: Path) -> None:

@@ -28,14 +28,14 @@ from gsrewrite.cli._report import show_result
 @validation_options
 @json_option
 def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_files: tuple[str, ...],
-          opset: int | None, target: str, device: str, validate: bool, explain: bool, in_place: bool,
-          validation: Any, as_json: bool, **io: Any) -> None:
+          opset: int | None, target: str, device: str, contracts: tuple[str, ...], validate: bool, explain: bool,
+          in_place: bool, validation: Any, as_json: bool, **io: Any) -> None:
     """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT.
 
     gsrewrite apply --pattern mha in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx).
     """
     settings = {"target": target, "device": device, "validate": validation if validate else False,
-                "pattern_files": pattern_files, "explain": explain, "opset": opset}
+                "pattern_files": pattern_files, "explain": explain, "opset": opset, "contracts": contracts}
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
@@ -51,10 +51,11 @@ def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_fil
 @pattern_options
 @json_option
 def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
-            device: str, as_json: bool) -> None:
+            device: str, contracts: tuple[str, ...], as_json: bool) -> None:
     """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
     result = _run(model, patterns, {"target": target, "device": device, "validate": False,
-                                    "pattern_files": pattern_files, "explain": True, "opset": opset})
+                                    "pattern_files": pattern_files, "explain": True, "opset": opset,
+                                    "contracts": contracts})
     show_result(result, model, as_json, 0, explain=True)
 
 

@@ -9,6 +9,7 @@ import click
 
 from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
 from gsrewrite.cli._options import (
+    contract_option,
     criterion_options,
     device_option,
     explain_option,
@@ -30,6 +31,7 @@ from gsrewrite.cli._report import show_result
 @device_option
 @patterns_option
 @opset_option
+@contract_option
 @click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
 @validate_option("Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @explain_option
@@ -43,13 +45,14 @@ from gsrewrite.cli._report import show_result
 @validation_options
 @json_option
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
-             opset: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
-             tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any, as_json: bool,
-             **io: Any) -> None:
+             opset: int | None, contracts: tuple[str, ...], no_simplify: bool, validate: bool, explain: bool,
+             in_place: bool, tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any,
+             as_json: bool, **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
     """
+    from gsrewrite.contracts import check_contracts
     from gsrewrite.errors import UsageError
     from gsrewrite.pipelines import CompressOptions, RewriteOptions
     from gsrewrite.pipelines import optimize as run
@@ -61,7 +64,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     compression = None if compress_with is None else CompressOptions(compress_with, **criterion)
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
-                "compress": compression, "rewrite": RewriteOptions(opset=opset, explain=explain)}
+                "compress": compression, "rewrite": RewriteOptions(opset=opset, explain=explain,
+                                                         contracts=check_contracts(contracts))}
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs

@@ -31,10 +31,11 @@ DEVICES = ("cpu", "gpu")
 _FILE_KEYS = {"family", "description", "fragment", "pattern"}
 _PATTERN_KEYS = {
     "name", "description", "target", "opset", "priority", "constants", "optional", "checks", "compute",
-    "tolerance", "match", "replace", "base", "devices",
+    "tolerance", "match", "replace", "base", "devices", "narrows",
 }
 #: what a pattern takes over from its ``base`` (an earlier pattern of the same file) unless it sets it
-_INHERITED = ("match", "opset", "priority", "constants", "optional", "checks", "compute", "tolerance", "devices")
+_INHERITED = ("match", "opset", "priority", "constants", "optional", "checks", "compute", "tolerance", "devices",
+              "narrows")
 
 
 @dataclass
@@ -76,6 +77,9 @@ class Pattern:
     tolerance: float = 1e-4
     #: the devices the rewrite pays off on (``--device``); elsewhere the pattern is skipped with a reason
     devices: tuple[str, ...] = DEVICES
+    #: target -> the input contract (:mod:`gsrewrite.contracts`) its replacement narrows the model to: used only
+    #: when the user asks for that contract
+    narrows: dict[str, str] = field(default_factory=dict)
     source: str = ""
     match_text: str = ""
     replace_texts: dict[str, str] = field(default_factory=dict)
@@ -123,7 +127,7 @@ class Pattern:
             "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
             "devices": list(self.devices), "opset": list(self.opset), "priority": self.priority,
             "variants": len(self.variants), "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
-            "compute": dict(self.compute), "source": self.source,
+            "compute": dict(self.compute), "narrows": dict(self.narrows), "source": self.source,
         }
 
 
@@ -240,7 +244,8 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
         priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
         optional=frozenset(_str_list(entry, "optional", here)),
         checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
-        tolerance=float(entry.get("tolerance", 1e-4)), devices=_devices(entry, here), source=where,
+        tolerance=float(entry.get("tolerance", 1e-4)), devices=_devices(entry, here),
+        narrows=_narrows(entry, replace_texts, here), source=where,
         match_text=match_text.strip(),
         replace_texts={t: text.strip() for t, text in replace_texts.items()},
     )
@@ -292,6 +297,21 @@ def _opset_range(value: Any, here: str) -> tuple[int, int]:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return (value[0], value[1])
     raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
+
+
+def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, str]:
+    from gsrewrite.contracts import CONTRACTS
+
+    value = entry.get("narrows", {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise PatternError(f"{here}: narrows must be a table target -> contract name, not {value!r}")
+    for target, contract in value.items():
+        if target not in replacements:
+            raise PatternError(f"{here}: narrows names the target {target!r}, which has no replacement")
+        if contract not in CONTRACTS:
+            raise PatternError(f"{here}: narrows names the unknown contract {contract!r} "
+                               f"(known: {', '.join(CONTRACTS)})")
+    return dict(value)
 
 
 def _devices(entry: dict[str, Any], here: str) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ from typing import Any
 import onnx
 import onnx_graphsurgeon as gs
 
+from gsrewrite.contracts import CONTRACTS, METADATA_KEY, check_contracts
+from gsrewrite.contracts import describe as describe_contracts
 from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.legalize import legalize
 from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
@@ -71,6 +73,9 @@ class RewriteResult:
     tuned: Any = None
     #: ``optimize(compress=...)``: the compression of the fused model (a ``CompressResult``)
     compressed: Any = None
+    #: the input contracts the kept rewrites narrow the model to (:mod:`gsrewrite.contracts`; also in its
+    #: ``metadata_props``): asked for by the user, empty otherwise
+    contracts: list[str] = field(default_factory=list)
 
     def report(self, verbose: bool = False) -> str:
         """A readable report: changed ops, nodes, parameters and size before/after, changes per pass and
@@ -86,6 +91,7 @@ class RewriteResult:
         verdict = self.validation.summary() if self.validation is not None else None
         report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped, verdict=verdict,
                                 verbose=verbose)
+        report.blocks += [f"Contract: {name}: the model now accepts {CONTRACTS[name]}" for name in self.contracts]
         for step in (self.tuned, self.compressed):
             if step is not None:
                 report.blocks += step.report_blocks().blocks
@@ -106,6 +112,7 @@ class RewriteResult:
             "ops_after": dict(self.after),
             "patterns": list(self.patterns),
             "passes": dict(self.passes),
+            "contracts": {name: CONTRACTS[name] for name in self.contracts},
             "seconds": round(self.seconds, 4),
         }
         for key, step in (("tune", self.tuned), ("compress", self.compressed)):
@@ -125,6 +132,7 @@ def apply(
     explain: bool = False,
     opset: int | None = None,
     registry: PatternRegistry | None = None,
+    contracts: Sequence[str] = (),
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
@@ -134,9 +142,12 @@ def apply(
     ``validate`` (default ``True``; a :class:`~gsrewrite.pipelines.ValidationOptions` sets inputs, shapes,
     tolerances ...) the result is compared with the original in onnxruntime; a pattern whose rewrites fail (or
     that onnxruntime cannot load) is dropped (``result.dropped`` says why). If nothing can be made to agree,
-    the result is the original itself. A model given by path is compared with that file as it is.
+    the result is the original itself. A model given by path is compared with that file as it is. ``contracts``:
+    the input contracts (:mod:`gsrewrite.contracts`) the user accepts for faster fused ops; patterns that narrow
+    the model to another one are skipped, and those kept are stated in ``result.contracts`` and the model.
     """
-    fusions = Fusions(tuple(patterns), target, device, RewriteOptions(tuple(pattern_files), opset, explain, registry))
+    fusions = Fusions(tuple(patterns), target, device,
+                      RewriteOptions(tuple(pattern_files), opset, explain, registry, check_contracts(contracts)))
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))
@@ -170,6 +181,9 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     check_device(fusions.device)
     registry, selected = _select(options.registry, fusions.patterns, options.pattern_files)
     selected, elsewhere = _for_device(selected, fusions.device)
+    selected, narrowing = _within_contracts(selected, fusions.target, options.contracts)
+    elsewhere.update(narrowing)
+    validation = with_contracts(validation, options)
     validate = validation is not None
     if pending is None and validate:
         pending = reference_validator(source if reference is None else source.derived(reference), validation)
@@ -193,10 +207,42 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
         from gsrewrite.validation.runner import warn_unvalidated
 
         warn_unvalidated(reference or original)
+    _state_contracts(result, selected, fusions.target)
     result.after = op_histogram(result.model)
     result.original = reference or original
     result.seconds = time.perf_counter() - start
     return result
+
+
+def with_contracts(validation: dict[str, Any] | None, options: RewriteOptions) -> dict[str, Any] | None:
+    """Validation's keyword arguments with the input contracts the user accepted (their inputs are not tried)."""
+    if validation is None or not options.contracts:
+        return validation
+    return {**validation, "contracts": tuple(options.contracts)}
+
+
+def _within_contracts(selected: list[Pattern], target: str, contracts: Sequence[str]
+                      ) -> tuple[list[Pattern], dict[str, str]]:
+    """The selected patterns whose replacement for ``target`` keeps every input the original accepts, or narrows
+    it to a contract the user asked for; why each other one is skipped."""
+    skipped = {p.name: f"narrows the inputs the model accepts: {CONTRACTS[p.narrows[target]]} "
+                       f"(--contract {p.narrows[target]} accepts that)"
+               for p in selected if p.narrows.get(target) and p.narrows[target] not in contracts}
+    for name, reason in skipped.items():
+        log.info("pattern %s skipped: %s", name, reason)
+    return [p for p in selected if p.name not in skipped], skipped
+
+
+def _state_contracts(result: RewriteResult, selected: list[Pattern], target: str) -> None:
+    """The contracts the kept rewrites narrow the model to: in the result and the model's metadata_props."""
+    result.contracts = sorted({p.narrows[target] for p in selected if p.narrows.get(target) and
+                               result.counts.get(p.name)})
+    if result.contracts and result.changed:
+        props = [prop for prop in result.model.metadata_props if prop.key != METADATA_KEY]
+        del result.model.metadata_props[:]
+        result.model.metadata_props.extend(props)
+        result.model.metadata_props.add(key=METADATA_KEY, value=describe_contracts(result.contracts))
+        result.serialized = None  # the bytes validation made lack the statement
 
 
 # --- pieces -----------------------------------------------------------------------------------------------

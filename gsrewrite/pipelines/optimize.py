@@ -19,7 +19,7 @@ import onnx
 
 from gsrewrite.info import op_histogram
 from gsrewrite.model_io.weights import inlined, weights_from
-from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite
+from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite, with_contracts
 from gsrewrite.pipelines.options import (
     CompressOptions,
     ModelArg,
@@ -78,6 +78,7 @@ def _optimized(source: Source, patterns: Sequence[str], target: str, device: str
                validation: dict[str, Any] | None, tune: bool, compression: CompressOptions | None,
                rewrite: RewriteOptions | None) -> RewriteResult:
     fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
+    validation = with_contracts(validation, fusions.options)
     result = _fused(source, fusions, simplify, validation)
     if tune:
         _tune(result, source.model, fusions.patterns,

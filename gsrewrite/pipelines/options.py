@@ -161,6 +161,8 @@ class RewriteOptions:
     opset: int | None = None
     explain: bool = False
     registry: PatternRegistry | None = None
+    #: input contracts the user accepts for faster fused ops (:mod:`gsrewrite.contracts`; none by default)
+    contracts: Sequence[str] = ()
 
 
 #: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)

@@ -43,6 +43,9 @@ class InputSet:
     seed: int = 0
     index: int = 0
     mask_offset: int = 0
+    #: run -> the feed of that run made from the original's own prefill (a decoder's past,
+    #: :mod:`gsrewrite.validation.prefill`): used instead of the drawn one
+    prefilled: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
     @property
     def choices(self) -> int:
@@ -65,8 +68,13 @@ class InputSet:
         """The feed of run ``run``."""
         if self.given is not None:
             return dict(self.given)
-        seed = self.seed + run if self.index == 0 else [self.seed + run, self.index]
-        return generate_inputs(self.plans, seed, self.mask_offset + run * self.mask_rows)
+        if run in self.prefilled:
+            return dict(self.prefilled[run])
+        return generate_inputs(self.plans, self.seeds(run), self.mask_offset + run * self.mask_rows)
+
+    def seeds(self, run: int) -> list[int]:
+        """The seed of run ``run``'s draw (see the class docstring)."""
+        return [self.seed + run] if self.index == 0 else [self.seed + run, self.index]
 
 
 def fit_budget(model: onnx.ModelProto, specs: Sequence[InputSpec], sets: list[SizeSet], budget: int

@@ -27,6 +27,8 @@ from gsrewrite.validation.signature import InputSpec
 SMALL_SEQUENCE = 3
 #: Smallest size of sequence-like dims in the long set (else 4x the sample).
 LONG_MIN = 64
+#: New tokens of a decoder's ``chunk`` set (over the sample's past, at its batch).
+CHUNK_TOKENS = 4
 _SPATIAL_WORDS = ("height", "width")
 _SEQUENCE_WORDS = ("seq", "len", "time", "step", "token", "past", "total")
 
@@ -67,22 +69,29 @@ def size_sets(specs: Sequence[InputSpec], sample: Shapes, fixed: Container[str] 
     return sets
 
 
-def related_size_sets(dims: InputDims, sample: Mapping[str, int]) -> list[SizeSet]:
+def related_size_sets(dims: InputDims, sample: Mapping[str, int], contracts: Container[str] = ()) -> list[SizeSet]:
     """The size sets of :func:`size_sets` for dims the graph relates (:class:`InputDims`), scaled symbol by
     symbol so that derived dims follow (a decoder's mask stays past + new tokens). A decoder gets its own sets:
-    the sample (a decode step), a prefill (no past, :data:`PREFILL_TOKENS` new tokens) and a long past
-    (:data:`LONG_PAST`, within the model's position tables). Sets the dims cannot take are left out."""
+    the sample (a decode step), a prefill (no past, :data:`PREFILL_TOKENS` new tokens), a chunk
+    (:data:`CHUNK_TOKENS` new tokens over the sample's past, at its batch) and a long past (:data:`LONG_PAST`,
+    within the model's position tables). Sets the dims cannot take are left out. ``contracts``: input contracts the
+    user accepted (``batch1-chunks``: the chunk set runs at batch 1)."""
     fixed = dims.fixed
     if dims.is_decoder:
         new = dims.new_tokens
         past = [name for name, role in dims.roles.items() if role == "past" and name in sample]
         prefill = {**sample, **{n: 0 for n in past if n not in fixed},
                    **{n: PREFILL_TOKENS for n in new if n not in fixed}}
+        # several new tokens over a past at the sample's batch (2): chunked prefill, speculative decoding, a
+        # multi-turn chat's next prompt; kernels that take one new token or batch 1 only are caught here
+        chunk = {**sample, **{n: CHUNK_TOKENS for n in new if n not in fixed}}
+        if "batch1-chunks" in contracts:
+            chunk.update({n: 1 for n, role in dims.roles.items() if role == "batch" and n in chunk and n not in fixed})
         long = {**sample, **{n: 1 for n in new if n not in fixed}, **{n: 0 for n in past if n not in fixed}}
         limit = _past_limit(dims, long)
         longest = LONG_PAST if limit is None else max(0, min(LONG_PAST, limit // max(len(past), 1)))
         long.update({n: longest for n in past if n not in fixed})
-        candidates = [("decode", dict(sample)), ("prefill", prefill), ("long past", long)]
+        candidates = [("decode", dict(sample)), ("prefill", prefill), ("chunk", chunk), ("long past", long)]
     else:
         small = {n: v if n in fixed else _small(dims.roles.get(n, "sequence"), v) for n, v in sample.items()}
         long = {n: v if n in fixed else _long(dims.roles.get(n, "sequence"), v) for n, v in sample.items()}

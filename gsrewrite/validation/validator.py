@@ -21,7 +21,8 @@ from gsrewrite.validation.kept_outputs import KeptOutputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.noise import Noise, measure_noise
-from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
+from gsrewrite.validation.prefill import PrefillPlan, prefill_described, prefill_plan, prefilled_feed
+from gsrewrite.validation.report import OutputComparison, ValidationReport, grouped_shapes, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
@@ -93,13 +94,15 @@ class Validator:
 
     Use it when several candidates are compared with one original (bisecting a failed rewrite): the
     original's session and outputs are computed once. Options are those of :func:`validate`; ``criterion``, when
-    given, is the whole pass/fail rule (its ``atol``/``rtol`` replace those given).
+    given, is the whole pass/fail rule (its ``atol``/``rtol`` replace those given); ``contracts``: input contracts
+    the user accepted (:mod:`gsrewrite.contracts`), whose excluded inputs are not tried.
     """
 
     def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
                  seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None,
-                 criterion: Criterion | None = None, noise_factor: float = NOISE_FACTOR) -> None:
+                 criterion: Criterion | None = None, noise_factor: float = NOISE_FACTOR,
+                 contracts: Sequence[str] = ()) -> None:
         self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol,
                                                                            noise_factor=noise_factor)
         atol, rtol = self.criterion.atol, self.criterion.rtol
@@ -108,6 +111,7 @@ class Validator:
         if inputs is not None and input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
+        self.contracts = tuple(contracts)  # input contracts the user accepted: their inputs are not tried
         self._dims: InputDims | None = None
         self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
@@ -137,6 +141,7 @@ class Validator:
                     input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
                                           like=sets[-1])
                     input_set.mask_offset = offset
+                    self._prefill(session, input_set)
                     outputs.append([self.kept.keep(_run(session, input_set.feed(run), input_set.described,
                                                         self.original.proto)) for run in range(self.runs)])
                 except (InputDataError, ValidationError) as exc:
@@ -161,7 +166,7 @@ class Validator:
             sample = {name: tuple(array.shape) for name, array in given.items()}
             bindings = dims.bindings_of(sample)
             if bindings is not None:
-                sizes = self._fit(related_size_sets(dims, bindings))
+                sizes = self._fit(related_size_sets(dims, bindings, self.contracts))
             else:
                 sizes = self._sizes(sample, None) if symbols_consistent(self.specs, sample) \
                     else [SizeSet("sample", sample)]
@@ -171,7 +176,7 @@ class Validator:
         seen: list[Shapes] = []
         for candidate, other in input_attempts(dims):
             try:
-                sizes = self._fit(related_size_sets(candidate, candidate.sample_bindings(other)))
+                sizes = self._fit(related_size_sets(candidate, candidate.sample_bindings(other), self.contracts))
             except MemoryBudgetError:
                 raise  # larger inputs need more memory still
             except InputDataError as exc:
@@ -184,8 +189,9 @@ class Validator:
             for choice in range(first.choices):
                 attempt = first.with_choice(choice)
                 try:
-                    outputs = [_run(session, attempt.feed(run), attempt.described, proto) for run in range(self.runs)]
                     self._dims = candidate
+                    self._prefill(session, attempt)
+                    outputs = [_run(session, attempt.feed(run), attempt.described, proto) for run in range(self.runs)]
                     return attempt, sizes, outputs
                 except CannotValidateError:
                     raise  # out of time: other inputs cannot help
@@ -198,6 +204,38 @@ class Validator:
         raise ValidationError(f"{failures[0]}" + (f" [input dims tied by the graph: {tied}]" if tied else "") +
                               (f" ({len(failures) - 1} other input set(s) tried, rejected too)"
                                if len(failures) > 1 else ""))
+
+    def _prefill(self, session: Session, input_set: InputSet) -> None:
+        """A decoder's generated set: each run's past made by the original's own prefill, its mask and positions
+        following it (:mod:`gsrewrite.validation.prefill`); other sets are left as drawn."""
+        if input_set.given is not None or not input_set.plans or input_set.size.bindings is None:
+            return
+        plan = self._prefill_plan()
+        if plan is None or self._dims is None:
+            return
+        dims, made = self._dims, {}
+        try:
+            for run in range(self.runs):
+                feed = prefilled_feed(plan, dims, input_set.plans, input_set.size.bindings, input_set.feed(run),
+                                      input_set.seeds(run), input_set.mask_offset + run * input_set.mask_rows,
+                                      lambda prefill: _run(session, prefill, input_set.described, self.original.proto))
+                made[run] = self.kept.keep(feed)
+        except CannotValidateError:
+            raise
+        except (ValidationError, InputDataError, ValueError) as exc:
+            log.info("the %s set keeps its drawn past: its prefill failed (%s)", input_set.size.name,
+                     str(exc).splitlines()[0])
+            return
+        input_set.prefilled = made
+        input_set.described = {**input_set.described, **prefill_described(plan, input_set.size.bindings,
+                                                                          input_set.described)}
+
+    def _prefill_plan(self) -> PrefillPlan | None:
+        if self._dims is None:
+            return None
+        if getattr(self, "_plan_for", None) is not self._dims:
+            self._plan, self._plan_for = prefill_plan(self.original.proto, self._dims), self._dims
+        return self._plan
 
     def _fit(self, sets: list[SizeSet]) -> list[SizeSet]:
         if not sets:
@@ -317,7 +355,7 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
             names = ", ".join(f"'{n}' ({described[n]['dtype']}{described[n]['shape']})" for n in deciding)
             raise ValidationError(f"{exc}: input {names} decides control flow (an If or Loop) and was generated at "
                                   "random; give real values with --inputs FILE.npz (keys = input names)") from None
-        shapes = ", ".join(f"{name} {d['dtype']}{d['shape']}" for name, d in described.items())
+        shapes = grouped_shapes({name: d["shape"] for name, d in described.items()})
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
 
 

@@ -1,0 +1,39 @@
+"""Input contracts a user may narrow for a faster fused op: what the rewritten model then no longer accepts.
+
+A rewrite never narrows what the original accepts unless the user asked for that contract by name
+(``--contract NAME``, ``contracts=`` in the library, implied by ``--target genai``); a pattern whose replacement
+narrows one says so (``narrows`` in its file) and is skipped otherwise, with the reason. When such a rewrite is
+kept, the contract is stated in the result (``contracts``, ``--json``), the report and the model's
+``metadata_props`` (:data:`METADATA_KEY`), and validation tries only the inputs the contract keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gsrewrite.errors import UsageError
+
+#: contract name -> what the rewritten model no longer accepts
+CONTRACTS = {
+    "batch1-chunks": "several new tokens over a non-empty past only at batch 1 (onnxruntime's CPU "
+                     "GroupQueryAttention refuses them at batch > 1: chunked prefill and speculative decoding of "
+                     "several sequences at once); a decode step of one token runs at any batch",
+}
+#: the ``metadata_props`` key that states the contracts a model was rewritten under
+METADATA_KEY = "gsrewrite.contracts"
+
+
+def check_contracts(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` deduplicated in order; :class:`UsageError` naming the known ones for an unknown name."""
+    out: list[str] = []
+    for name in names:
+        if name not in CONTRACTS:
+            raise UsageError(f"unknown contract {name!r}; choose among: {', '.join(CONTRACTS)}")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def describe(names: Iterable[str]) -> str:
+    """``batch1-chunks: several new tokens ...``, one entry per contract, ``; `` between them."""
+    return "; ".join(f"{name}: {CONTRACTS[name]}" for name in names)
