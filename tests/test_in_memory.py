@@ -70,7 +70,9 @@ def test_validation_runs_the_weights_of_each_proto(monkeypatch) -> None:
     changed[7, 1234] += 1.0  # one element of 2.6 million
     report = validate(original, _model(changed, bias))
     assert not report.ok
-    assert passed == [["w", "b"]] * 4  # both models of both comparisons went to onnxruntime as arrays
+    # both models of both comparisons went to onnxruntime as arrays, and the original once more for the failing
+    # candidate (its own noise, at onnxruntime's optimizations)
+    assert passed == [["w", "b"]] * 5
     assert report.outputs[0].max_abs is not None and report.outputs[0].max_abs > 0.01
 
 
