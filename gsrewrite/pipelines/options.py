@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from gsrewrite.errors import UsageError
+
 if TYPE_CHECKING:
     from gsrewrite.graph.input_shapes import ShapeSpec
     from gsrewrite.patterns.registry import PatternRegistry
@@ -121,6 +123,10 @@ class ValidationOptions:
     seed: int = 0
     providers: Sequence[str] | None = None
     max_memory: int | str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, int) or self.seed < 0:  # checked before any work (numpy's rule)
+            raise UsageError(f"--seed must be a non-negative integer, got {self.seed!r}")
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`gsrewrite.validate` (unset ones left out)."""

@@ -98,7 +98,7 @@ class Validator:
                  criterion: Criterion | None = None) -> None:
         self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol)
         atol, rtol = self.criterion.atol, self.criterion.rtol
-        _check_options(runs)
+        _check_options(runs, seed)
         self.criterion.check()
         if inputs is not None and input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
@@ -299,6 +299,8 @@ def _timings(model: ModelSource, session: Session) -> dict[str, float]:
     return {"load": model.load_seconds, "session": session.create_seconds, "run": session.run_seconds}
 
 
-def _check_options(runs: int) -> None:
+def _check_options(runs: int, seed: int) -> None:
     if not isinstance(runs, int) or runs < 1:
         raise UsageError(f"runs must be a positive integer, got {runs!r}")
+    if not isinstance(seed, int) or seed < 0:  # numpy's default_rng takes non-negative integers only
+        raise UsageError(f"the seed must be a non-negative integer, got {seed!r}")
