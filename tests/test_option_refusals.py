@@ -53,3 +53,28 @@ def test_a_negative_seed_is_a_usage_error_in_the_library(tmp_path: Path) -> None
         ValidationOptions(seed=-1)
     with pytest.raises(UsageError, match="seed"):
         validate(_model(tmp_path / "m.onnx"), tmp_path / "m.onnx", seed=-1)
+
+
+def _static(path: Path) -> Path:
+    """y = Relu(x), x [2, 4]: every dim static."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["shapes", "profile", "memory", "validate"])
+def test_an_input_shape_the_model_cannot_take_is_refused_by_the_analysis_commands_too(tmp_path: Path,
+                                                                                      command: str) -> None:
+    _model(tmp_path / "m.onnx")
+    _static(tmp_path / "s.onnx")
+    cases = [("m.onnx", "x:2x3x4", ("rank 2",)), ("s.onnx", "x:3x4", ("fixed at 2", "not 3"))]
+    if command != "validate":  # a symbolic dim where the model has a static one (validation needs sizes)
+        cases.append(("s.onnx", "x:2,seq", ("fixed at 4", "not seq")))
+    for model, spec, words in cases:
+        args = [command, model, *([model] if command == "validate" else []), "--input-shape", spec]
+        _refused(_run(*args, cwd=tmp_path), *(words if command != "validate" else ()))
+    if command == "shapes":
+        assert _run("shapes", "s.onnx", "--input-shape", "x:2,seq", "--input-shape", "seq=4",
+                    cwd=tmp_path).returncode == 0

@@ -174,6 +174,32 @@ def check_names(given: InputShapes, inputs: Collection[str], symbols: Collection
             _unknown(name, "symbol", inputs, known_symbols)
 
 
+def check_declared(given: InputShapes, inputs: Iterable[onnx.ValueInfoProto]) -> None:
+    """:class:`UsageError` when a whole shape given for one of ``inputs`` has another rank than the input declares,
+    or changes one of its static dims (what validation refuses too: the model could not take such an input)."""
+    for value_info in inputs:
+        dims = given.shapes.get(value_info.name)
+        tensor_type = value_info.type.tensor_type
+        if dims is None or not value_info.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
+            continue
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or "?"
+                    for d in tensor_type.shape.dim]
+        shown = f"--input-shape {value_info.name}:{','.join(map(symdim.text, dims)) or '[]'}"
+        what = f"input {value_info.name!r} [{', '.join(map(str, declared))}]"
+        if len(declared) != len(dims):
+            raise UsageError(f"{shown}: {what} has rank {len(declared)}, not {len(dims)}")
+        for axis, (fixed, dim) in enumerate(zip(declared, dims, strict=True)):
+            if isinstance(fixed, int) and _size_or_none(dim, given.bindings) != fixed:
+                raise UsageError(f"{shown}: dim {axis} of {what} is fixed at {fixed}, not {symdim.text(dim)}")
+
+
+def _size_or_none(dim: DimValue, bindings: Mapping[str, int]) -> int | None:
+    try:
+        return symdim.evaluate(dim, bindings)
+    except KeyError:
+        return None
+
+
 def _unknown(name: str, kind: str, inputs: Collection[str], symbols: Collection[str]) -> None:
     if kind == "input" and name in symbols:
         raise UsageError(f"--input-shape {name}: {name!r} is a symbol: give its size ({name}=N)")

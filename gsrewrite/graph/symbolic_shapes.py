@@ -32,7 +32,7 @@ from onnx import numpy_helper
 
 from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, check_names, model_symbols
+from gsrewrite.graph.input_shapes import InputShapes, check_declared, check_names, model_symbols
 from gsrewrite.graph.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
 from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
@@ -126,6 +126,7 @@ def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = No
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]  # (a weight's shape may be given)
     check_names(InputShapes({n: d for n, d in given.shapes.items() if n not in initializers}), inputs, ())
+    check_declared(given, (i for i in model.graph.input if i.name not in initializers))
     walk = _Walk(model, given)
     walk.run()
     if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
