@@ -78,3 +78,22 @@ def test_an_input_shape_the_model_cannot_take_is_refused_by_the_analysis_command
     if command == "shapes":
         assert _run("shapes", "s.onnx", "--input-shape", "x:2,seq", "--input-shape", "seq=4",
                     cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["shapes", "profile", "memory", "compute-graph", "validate", "bench"])
+def test_a_size_past_any_tensor_is_refused_before_anything_is_printed(tmp_path: Path, command: str) -> None:
+    _model(tmp_path / "m.onnx")
+    extra = {"validate": ["m.onnx"], "compute-graph": ["-o", "c.onnx", "--shape-engine", "c.json"]}.get(command, [])
+    for spec in ("batch=" + "9" * 400, f"batch={2**62 + 1}", "x:" + "9" * 30 + ",4", "x:batch*" + "9" * 30 + ",4"):
+        _refused(_run(command, "m.onnx", *extra, "--input-shape", spec, cwd=tmp_path), "--input-shape")
+    assert not (tmp_path / "c.onnx").exists()
+
+
+def test_a_size_past_any_tensor_is_a_usage_error_in_the_library() -> None:
+    from gsrewrite.errors import UsageError
+    from gsrewrite.graph.input_shapes import as_input_shapes
+
+    for given in ({"batch": 2**70}, {"x": [2, 2**63]}, {"x": ["batch*" + "9" * 30]}):
+        with pytest.raises(UsageError, match="2\\*\\*62"):
+            as_input_shapes(given)
+    assert as_input_shapes({"batch": 2**62}).bindings == {"batch": 2**62}
