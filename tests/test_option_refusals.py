@@ -97,3 +97,12 @@ def test_a_size_past_any_tensor_is_a_usage_error_in_the_library() -> None:
         with pytest.raises(UsageError, match="2\\*\\*62"):
             as_input_shapes(given)
     assert as_input_shapes({"batch": 2**62}).bindings == {"batch": 2**62}
+
+
+@pytest.mark.parametrize("command", [["validate", "m.onnx", "m.onnx"], ["bench", "m.onnx"],
+                                     ["shapes", "--check", "m.onnx"], ["optimize", "m.onnx", "out.onnx"]])
+def test_a_size_over_the_memory_budget_is_one_line_before_any_input_set(tmp_path: Path, command: list[str]) -> None:
+    _model(tmp_path / "m.onnx")
+    budget = ["--max-memory", "1GB"] if command[0] in ("validate", "optimize") else []
+    _refused(_run(*command, "--input-shape", f"batch={2**62}", *budget, cwd=tmp_path), "input 'x'", "memory budget")
+    assert not (tmp_path / "out.onnx").exists()

@@ -18,7 +18,7 @@ from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
 from gsrewrite.validation.kept_outputs import KeptOutputs
-from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
+from gsrewrite.validation.memory import MemoryBudgetError, default_budget, memory_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.report import OutputComparison, ValidationReport, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
@@ -111,7 +111,7 @@ class Validator:
         self.class_axes = class_axes(self.original.proto)
         given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
         self.kept = KeptOutputs()  # large outputs wait in a scratch file, not in memory
-        with open_session(self.original, providers) as session:
+        with open_session(self.original, providers) as session, memory_budget(self.budget):
             self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
