@@ -34,8 +34,8 @@ def _range_model(path: Path) -> Path:
              helper.make_node("Range", ["zero", "n", "one"], ["r"]),
              helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
              helper.make_node("ReduceSum", ["rf"], ["total"], keepdims=0)]
-    inits = [numpy_helper.from_array(np.array(600_000_000, np.int64), "limit"),
-             numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    inits = [numpy_helper.from_array(np.array(value, np.int64), name)
+             for name, value in (("limit", 600_000_000), ("zero", 0), ("one", 1))]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
                               [helper.make_tensor_value_info("ok", TensorProto.BOOL, []),
                                helper.make_tensor_value_info("total", TensorProto.FLOAT, [])], inits)
