@@ -59,3 +59,37 @@ def test_a_compared_value_that_sizes_a_tensor_over_the_budget_is_not_generated(t
         assert plan_inputs(model, model_inputs(model))[0].choices == (6e8,)
     with memory_budget(1 << 30):
         assert plan_inputs(model, model_inputs(model))[0].choices == ()
+
+
+def _decoder(path: Path, position_type: int) -> Path:
+    """A decoder's inputs: position_ids [batch, sequence] of ``position_type``, a mask over past + new tokens and a
+    past key [batch, past_sequence, 4]; the outputs read each."""
+    inputs = [helper.make_tensor_value_info("position_ids", position_type, ["batch", "sequence"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "past_sequence + sequence"]),
+              helper.make_tensor_value_info("past_key", TensorProto.FLOAT, ["batch", "past_sequence", 4])]
+    nodes = [helper.make_node("Cast", ["position_ids"], ["y"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["past_key"], ["s"], keepdims=0),
+             helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceSum", ["m"], ["ms"], keepdims=0)]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "sequence"]),
+               helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+               helper.make_tensor_value_info("ms", TensorProto.FLOAT, [])]
+    graph = helper.make_graph(nodes, "g", inputs, outputs)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_narrow_position_ids_are_generated_within_their_type(tmp_path: Path) -> None:
+    _decoder(tmp_path / "u8.onnx", TensorProto.UINT8)
+    _decoder(tmp_path / "i16.onnx", TensorProto.INT16)
+    done = _run("validate", "u8.onnx", "u8.onnx", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    sizes = {s["name"]: s for s in json.loads(done.stdout)["sizes"]}
+    assert sizes["long past"]["shapes"]["past_key"][1] == 255  # the long past capped: its position is 255
+    for args in (["bench", "u8.onnx", "--past", "300", "--runs", "1"],
+                 ["bench", "u8.onnx", "--new-tokens", "300", "--runs", "1"],
+                 ["validate", "i16.onnx", "i16.onnx", "--input-shape", "past_sequence=40000"],
+                 ["shapes", "--check", "u8.onnx", "--input-shape", "sequence=300"]):
+        refused = _run(*args, cwd=tmp_path)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert len(refused.stderr.splitlines()) == 1 and "cannot hold the positions" in refused.stderr, refused.stderr

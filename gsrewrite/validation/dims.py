@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError
@@ -163,9 +164,11 @@ def input_dims(model: onnx.ModelProto, input_shapes: ShapeSpec | None = None,
     raw = {spec.name: _parse(spec) for spec in specs}
     fixed, whole = _user_bindings(specs, raw, input_shapes)
     solution = solve_input_dims(model, fixed)
-    int_names = [s.name for s in specs if s.dtype.kind in "iu" and _is_position(s.name)]
-    bounds = gather_index_bounds(model.graph, int_names) if int_names else {}
-    rows: dict[str, int | None] = {name: bounds.get(name) for name in int_names}
+    positions = {s.name: s.dtype for s in specs if s.dtype.kind in "iu" and _is_position(s.name)}
+    bounds = gather_index_bounds(model.graph, list(positions)) if positions else {}
+    # positions stay below the table they index and within their type (a uint8 position holds 0..255)
+    rows: dict[str, int | None] = {name: min(bounds.get(name, 2**63), int(np.iinfo(dtype).max) + 1)
+                                   for name, dtype in positions.items()}
     dims = _make(specs, raw, solution, fixed, whole, rows)
     if fixed:
         _check_given_sizes(dims)
