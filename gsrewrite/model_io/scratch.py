@@ -26,6 +26,8 @@ from contextvars import ContextVar
 import numpy as np
 from onnx import TensorProto, helper
 
+from gsrewrite.model_io.disk_space import writing
+
 #: arrays of at least this many bytes go to the scratch file when exported
 SPILL_BYTES = 1 << 20
 #: payload alignment in the scratch file
@@ -43,14 +45,16 @@ class Scratch:
         self._size = 0
 
     def write(self, data: bytes | memoryview) -> tuple[int, int]:
-        """Append ``data``; returns its (offset, length)."""
-        if self._fd is None:
-            self._fd, self.path = tempfile.mkstemp(prefix="gsrewrite-scratch-", suffix=".bin")
-        offset = self._size + (-self._size % _ALIGN)
-        view = memoryview(data).cast("B")
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], offset + written)
+        """Append ``data``; returns its (offset, length). A full temp folder is a
+        :class:`~gsrewrite.errors.NoSpaceError`."""
+        with writing("the request's scratch file (weights a rewrite made)"):
+            if self._fd is None:
+                self._fd, self.path = tempfile.mkstemp(prefix="gsrewrite-scratch-", suffix=".bin")
+            offset = self._size + (-self._size % _ALIGN)
+            view = memoryview(data).cast("B")
+            written = 0
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], offset + written)
         self._size = offset + len(view)
         return offset, len(view)
 

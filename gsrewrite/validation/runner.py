@@ -28,6 +28,7 @@ import onnx
 from google.protobuf.message import EncodeError
 
 from gsrewrite.errors import CannotValidateError, ValidationError
+from gsrewrite.model_io.disk_space import writing
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.model_io.weights import has_references
@@ -347,9 +348,10 @@ def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memor
     split = None if in_memory_first else in_memory_model(source.proto)
     if split is not None:
         return split.data, split
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
-    log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
-    return str(write_with_external_data(source.proto, folder)), None
+    with writing(f"the {source.role} model with its external data for onnxruntime"):
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
+        log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
+        return str(write_with_external_data(source.proto, folder)), None
 
 
 def serialized_source(model: onnx.ModelProto, role: str) -> ModelSource:
