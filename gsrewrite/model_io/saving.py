@@ -460,6 +460,10 @@ def atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
             p.put_in_place()
         for folder in {os.path.dirname(target) for target in replacing}:
             _fsync_dir(folder)
+    except OSError as exc:
+        if pending and is_full(exc):  # named here for every writer (a plot, a shape engine, an array)
+            raise write_error(exc, pending[-1].target) from exc
+        raise
     finally:
         for p in pending:
             p.discard()
