@@ -79,17 +79,17 @@ class InputDims:
 
     def sample_bindings(self, other: int = OTHER_DEFAULT) -> dict[str, int]:
         """A size for every free symbol: fixed ones as given, batch-like 2, others ``other``; a decoder's sample
-        is a decode step: 1 new token over a past of ``other``."""
+        is a decode step: 1 new token over a past of ``other``; none below what the graph's ops accept
+        (``solution.minimums``)."""
         new = self.new_tokens if self.is_decoder else set()
         out = {}
         for name in self.solution.free:
             role = self.roles.get(name, "sequence")
             if name in self.fixed:
                 out[name] = self.fixed[name]
-            elif role == "batch":
-                out[name] = BATCH_DEFAULT
-            else:
-                out[name] = 1 if name in new else other
+            else:  # at least what the graph's ops accept (a reflect Pad's length: graph/dim_minimums.py)
+                size = BATCH_DEFAULT if role == "batch" else 1 if name in new else other
+                out[name] = max(size, self.solution.minimums.get(name, 0))
         return out
 
     def sample(self, other: int = OTHER_DEFAULT) -> Shapes:
