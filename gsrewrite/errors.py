@@ -45,6 +45,11 @@ class OutputError(GsrewriteError):
     """An output file cannot be written (would overwrite the input, folder missing, ...)."""
 
 
+class NoSpaceError(OutputError):
+    """A file gsrewrite writes (an output, a temp or scratch file) does not fit: its file system is full, the disk
+    quota is reached or the file size limit (``ulimit -f``) is; the message names the folder and the file's role."""
+
+
 # --- options, inputs --------------------------------------------------------------------------------
 class UsageError(GsrewriteError):
     """An option or argument value is invalid (unknown pattern, bad shape spec, ...)."""

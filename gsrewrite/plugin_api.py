@@ -39,6 +39,8 @@ _WHERE: dict[str, str] = {
     "save_model": "gsrewrite.model_io",
     "tensor_values": "gsrewrite.model_io.weights",
     "materialized": "gsrewrite.model_io.weights",
+    # a write of a temp file that runs out of room: one line naming the folder (NoSpaceError), is_full(exc)
+    **dict.fromkeys(("writing", "is_full"), "gsrewrite.model_io.disk_space"),
     "copy_fields": "gsrewrite.graph.core",  # every set field of one protobuf message into another, but some
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
     "dim_mul": "gsrewrite.graph.symdim:mul",

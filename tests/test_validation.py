@@ -426,7 +426,8 @@ def test_run_failure_on_generated_inputs_names_them():
 
 
 def test_dynamic_dims_grow_until_the_original_runs():
-    # a 300-sample convolution (an audio feature extractor): 16 and 256 samples are too short, 4096 are not
+    # a 300-sample convolution (an audio feature extractor): the graph says 300 samples are the fewest it takes
+    # (graph/dim_minimums.py), so the generated inputs start there
     conv = make_model(
         [helper.make_node("Conv", ["x", "w"], ["y"], strides=[100])],
         [_vi("x", F, ["batch", 1, "samples"])],
@@ -434,6 +435,19 @@ def test_dynamic_dims_grow_until_the_original_runs():
         [numpy_helper.from_array(np.ones((1, 1, 300), np.float32), "w")],
     )
     report = validate(conv, conv)
+    assert report.ok and report.inputs["x"]["shape"] == [2, 1, 300]
+    # what the graph does not say (the first 300 samples, regrouped by 300): 16 and 256 samples are rejected,
+    # 4096 are not
+    window = make_model(
+        [helper.make_node("Slice", ["x", "zero", "three_hundred", "two"], ["s"]),
+         helper.make_node("Reshape", ["s", "rows"], ["y"])],
+        [_vi("x", F, ["batch", 1, "samples"])],
+        [_vi("y", F, [None, 300])],
+        [numpy_helper.from_array(np.array([v], np.int64), n)
+         for n, v in (("zero", 0), ("three_hundred", 300), ("two", 2))]
+        + [numpy_helper.from_array(np.array([-1, 300], np.int64), "rows")],
+    )
+    report = validate(window, window)
     assert report.ok and report.inputs["x"]["shape"] == [2, 1, 4096]
     # a failure no size can fix still names the generated inputs
     with pytest.raises(ValidationError, match=r"generated inputs: x float32\[2, 1, 16\]"):

@@ -45,7 +45,7 @@ class GsrewriteGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _interrupts_cancel_saves():
+        with _interrupts_cancel_saves(), _file_size_limit_as_error():
             return self._invoke(ctx)
 
     def _invoke(self, ctx: click.Context) -> Any:
@@ -72,8 +72,40 @@ class GsrewriteGroup(click.Group):
         except Exception as exc:  # a bug in gsrewrite or a plugin: still one line unless --debug
             if (ctx.obj or {}).get("debug"):
                 raise
+            full = _out_of_room(exc)
+            if full is not None:  # a full disk no write site named (a library's own temp file): not a bug
+                click.echo(f"error: {one_line(full)}", err=True)
+                ctx.exit(2)
             click.echo(f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with --debug)", err=True)
             ctx.exit(3)
+
+
+def _out_of_room(exc: Exception) -> BaseException | None:
+    """A :class:`~gsrewrite.errors.NoSpaceError` for an OSError of a full disk, quota or file size limit, naming the
+    file's folder when the error has a file name (else the temp folder); None for anything else."""
+    from gsrewrite.model_io.disk_space import is_full, no_space
+
+    if not is_full(exc):
+        return None
+    assert isinstance(exc, OSError)
+    name = exc.filename if isinstance(exc.filename, str) else None
+    return no_space(exc, f"'{os.path.basename(name)}'" if name else "a file", os.path.dirname(name) if name else None)
+
+
+@contextmanager
+def _file_size_limit_as_error() -> Iterator[None]:
+    """During a CLI run, SIGXFSZ is ignored: a write past the file size limit (``ulimit -f``) then fails with EFBIG,
+    which is one line (exit 2, :mod:`gsrewrite.model_io.disk_space`) and removes its temp files, instead of the
+    signal ending the process and leaving them behind."""
+    number = getattr(signal, "SIGXFSZ", None)
+    if number is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(number, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(number, previous)
 
 
 class Terminated(KeyboardInterrupt):

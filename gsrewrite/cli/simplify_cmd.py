@@ -108,14 +108,13 @@ def _write(path: Path, payload: Any, input_path: str) -> str:
     from gsrewrite.model_io import save_model
 
     if isinstance(payload, np.ndarray):
-        from gsrewrite.errors import OutputError
-        from gsrewrite.model_io.saving import atomic_files
+        from gsrewrite.model_io.saving import atomic_files, write_error
 
         try:  # a temp file like save_model's: removed on error or interrupt, swept if the process is killed
             with atomic_files() as create:
                 np.save(create(str(path.absolute())), payload, allow_pickle=False)
         except OSError as exc:
-            raise OutputError(f"cannot write '{path}': {exc.strerror or exc}") from exc
+            raise write_error(exc, str(path)) from exc
     else:
         save_model(payload, path, input_path=input_path)
     return str(path)

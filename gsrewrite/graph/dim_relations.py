@@ -19,13 +19,14 @@ What is solved is a proposal: the caller runs the model on inputs of those sizes
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import onnx
 
 from gsrewrite.graph import symdim
-from gsrewrite.graph.shape_rules import Dim
+from gsrewrite.graph.dim_minimums import minimum_sizes
+from gsrewrite.graph.shape_rules import Dim, Info
 from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic
 from gsrewrite.graph.symdim import DimValue, Expr, Sym
 
@@ -57,6 +58,8 @@ class DimSolution:
     suggested: list[tuple[DimValue, DimValue]] = field(default_factory=list)
     #: sums of input symbols the graph computes over (``past_sequence + sequence``), most used first
     sums: list[Expr] = field(default_factory=list)
+    #: free symbol -> the smallest size the graph's ops accept (:mod:`gsrewrite.graph.dim_minimums`)
+    minimums: dict[str, int] = field(default_factory=dict)
 
     def value(self, dim: DimValue, bindings: Mapping[str, int]) -> int:
         """The size of ``dim`` (an input dim) with the free symbols bound (``KeyError``: one is not)."""
@@ -100,9 +103,20 @@ def solve_input_dims(model: onnx.ModelProto, fixed: Mapping[str, int] | None = N
     if shapes_seen is not None:
         solution.sums = _sums(shapes_seen, set(order))
         solution.suggested = suggested_relations(model, dims, shapes_seen, solution)
+        solution.minimums = _free_minimums(minimum_sizes(model.graph, shapes_seen, set(order)), solution)
     if solution.derived:
         log.info("input dims tied by the graph: %s", "; ".join(solution.describe()))
     return solution
+
+
+def _free_minimums(minimums: Mapping[str, int], solution: DimSolution) -> dict[str, int]:
+    """``minimums`` of input symbols as minimums of the free ones (a derived symbol that is another's name)."""
+    out: dict[str, int] = {}
+    for name, size in minimums.items():
+        free = symdim.symbol_name(solution.derived[name]) if name in solution.derived else name
+        if free is not None and free in solution.free:
+            out[free] = max(out.get(free, 0), size)
+    return out
 
 
 def with_relation(solution: DimSolution, left: DimValue, right: DimValue) -> DimSolution | None:
@@ -112,7 +126,7 @@ def with_relation(solution: DimSolution, left: DimValue, right: DimValue) -> Dim
     if left == right:
         return None
     copy = DimSolution(dict(solution.derived), [], list(solution.unsolved), list(solution.conflicts),
-                       sums=list(solution.sums))
+                       sums=list(solution.sums), minimums=dict(solution.minimums))
     inputs = set(solution.free) | set(solution.derived)
     if not _solve_one(left, right, "suggested", inputs, {}, copy):
         return None
@@ -177,8 +191,10 @@ def _is_sum(dim: Expr, inputs: set[str]) -> bool:
 
 
 def input_dims(model: onnx.ModelProto) -> dict[str, list[DimValue | None] | None]:
-    """Every fed input's dims as the model declares them: ints, expressions of its ``dim_param`` names, or
-    ``None`` (unnamed or negative); ``None`` for an input without a shape."""
+    """Every fed input's dims as the model declares them: ints, expressions of its ``dim_param`` names, or a
+    symbol of their own, ``input:axis``, for an unnamed (or negative) dim (the name the input planner gives it,
+    :mod:`gsrewrite.validation.dims`: a relation may tie it to a named one); ``None`` for an input without a
+    shape."""
     initializers = {t.name for t in model.graph.initializer}
     out: dict[str, list[DimValue | None] | None] = {}
     for value_info in model.graph.input:
@@ -195,7 +211,7 @@ def input_dims(model: onnx.ModelProto) -> dict[str, list[DimValue | None] | None
             elif dim.HasField("dim_param") and dim.dim_param:
                 shape.append(symdim.from_dim_param(dim.dim_param))
             else:
-                shape.append(None)
+                shape.append(symdim.sym(f"{value_info.name}:{len(shape)}"))
         out[value_info.name] = shape
     return out
 
@@ -217,12 +233,31 @@ def substitute(value: DimValue, derived: Mapping[str, DimValue]) -> DimValue:
 
 def relations(graph: onnx.GraphProto, shapes: SymbolicShapes) -> list[tuple[DimValue, DimValue, str]]:
     """Pairs of dims the graph needs equal, with the node that needs it: broadcasting operands (dims other
-    than 1), a MatMul's contracted dims, a Concat's kept axes."""
+    than 1), a MatMul's contracted dims, a Concat's kept axes, a recurrent op's batch; in the main graph and in
+    the If/Loop/Scan bodies the walk went through (a VAD model's LSTM state, read in an If branch)."""
+    found = _relations(graph.node, shapes.shape)
+    for body, tensors in shapes.bodies:
+        found += _relations(body.node, lambda name, known=tensors: _shape_of(known, name))  # type: ignore[misc]
+    return found
+
+
+def _shape_of(tensors: Mapping[str, Info], name: str) -> list[Dim] | None:
+    info = tensors.get(name)
+    return None if info is None or info.shape is None else list(info.shape)
+
+
+#: recurrent ops: X [seq, batch, input] and the initial states [directions, batch, hidden] (layout 0; layout 1
+#: puts the batch first in both: X [batch, seq, input], states [batch, directions, hidden])
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+
+
+def _relations(nodes: Iterable[onnx.NodeProto], shape_of: Callable[[str], list[Dim] | None]
+               ) -> list[tuple[DimValue, DimValue, str]]:
     found: list[tuple[DimValue, DimValue, str]] = []
-    for node in graph.node:
+    for node in nodes:
         if node.domain not in ("", "ai.onnx"):
             continue
-        operands = [shapes.shape(name) if name else None for name in node.input]
+        operands = [shape_of(name) if name else None for name in node.input]
         where = node.name or node.op_type
         if node.op_type in BROADCASTING:
             found += [(a, b, where) for a, b in _broadcast_pairs([s for s in operands if s is not None])]
@@ -235,7 +270,21 @@ def relations(graph: onnx.GraphProto, shapes: SymbolicShapes) -> list[tuple[DimV
                 found += [(x, y, where) for x, y in _broadcast_pairs([a[:-2], b[:-2]])]
         elif node.op_type == "Concat":
             found += [(a, b, where) for a, b in _concat_pairs(node, [s for s in operands if s is not None])]
+        elif node.op_type in _RECURRENT:
+            found += [(a, b, where) for a, b in _recurrent_pairs(node, operands)]
     return found
+
+
+def _recurrent_pairs(node: onnx.NodeProto, operands: Sequence[Sequence[Dim] | None]
+                     ) -> Iterable[tuple[DimValue, DimValue]]:
+    """The batch of X against the batch of the initial states (inputs 5 and 6: initial_h, initial_c)."""
+    batch = 1 - next((a.i for a in node.attribute if a.name == "layout"), 0)  # layout 1: the batch comes first
+    x = operands[0] if operands else None
+    if x is None or len(x) != 3 or x[batch] is None:
+        return
+    for state in operands[5:7]:
+        if state is not None and len(state) == 3 and state[batch] is not None and state[batch] != x[batch]:
+            yield x[batch], state[batch]  # type: ignore[misc]
 
 
 def _broadcast_pairs(shapes: Sequence[Sequence[Dim]]) -> Iterable[tuple[DimValue, DimValue]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ from gsrewrite.errors import UsageError, did_you_mean
 from gsrewrite.graph import symdim
 from gsrewrite.graph.symdim import DimValue
 
+#: The largest size ``--input-shape`` takes (a dim, a symbol's size, a number in an expression): a tensor of two
+#: such dims is past what int64 (onnxruntime's and ONNX's sizes) can count already
+MAX_SIZE = 2**62
 _NUMBERS_BY_X = re.compile(r"[0-9]+(\s*x\s*[0-9]+)+")
 _EXPECTED = "expected NAME:2x16, NAME:2,seq or SYMBOL=INT"
 
@@ -79,8 +82,30 @@ def parse_input_shapes(specs: Iterable[str]) -> InputShapes:
                 raise UsageError(f"--input-shape {_shown(spec)}: {_EXPECTED}")
             if not re.fullmatch(r"[0-9]+", value.strip()):
                 raise UsageError(f"--input-shape {_shown(spec)}: the size of {name!r} must be a non-negative integer")
-            _put(result.bindings, name, int(value), spec)
+            digits = value.strip().lstrip("0")  # (not int() of thousands of digits: Python refuses those)
+            _put(result.bindings, name, _bounded(int(digits) if len(digits) < 20 else MAX_SIZE + 1, spec), spec)
     return result
+
+
+def _bounded(dim: DimValue, spec: object) -> DimValue:
+    """``dim``, unless it is or holds a number over :data:`MAX_SIZE` (:class:`UsageError`)."""
+    if max(_numbers(dim), default=0) > MAX_SIZE:
+        raise UsageError(f"--input-shape {_shown(str(spec))}: a size is over {MAX_SIZE:,} (2**62), more than any "
+                         "tensor can have")
+    return dim
+
+
+def _numbers(dim: DimValue) -> Iterator[int]:
+    """The magnitudes of the numbers in ``dim``: itself, or an expression's coefficients (and its atoms')."""
+    if isinstance(dim, int):
+        yield abs(dim)
+        return
+    for monomial, coefficient in dim.terms:
+        yield abs(coefficient)
+        for atom, _ in monomial:
+            if isinstance(atom, symdim.Fn):
+                for arg in atom.args:
+                    yield from _numbers(arg)
 
 
 def _dims(spec: str, text: str) -> list[DimValue]:
@@ -101,7 +126,7 @@ def _dims(spec: str, text: str) -> list[DimValue]:
             raise UsageError(f"--input-shape {_shown(spec)}: {_shown(part.strip())} is not a dim{hint}") from None
         if isinstance(dim, int) and dim < 0:
             raise UsageError(f"--input-shape {_shown(spec)}: a dim is negative")
-        dims.append(dim)
+        dims.append(_bounded(dim, spec))
     return dims
 
 
@@ -148,15 +173,16 @@ def _size(name: object, value: object) -> int:
         size = -1
     if isinstance(value, bool) or size < 0:
         raise UsageError(f"bad input shape for {name!r}: a size must be a non-negative integer, got {value!r}")
+    _bounded(size, f"{name}={size}")
     return size
 
 
 def _dim(name: object, value: object) -> DimValue:
     if isinstance(value, symdim.Expr):
-        return value
+        return _bounded(value, f"{name}:{symdim.text(value)}")
     if isinstance(value, str):
         try:
-            return symdim.parse(value)
+            return _bounded(symdim.parse(value), f"{name}:{value}")
         except (ValueError, ZeroDivisionError, RecursionError):
             raise UsageError(f"bad input shape for {name!r}: {value!r} is not a dim") from None
     return _size(name, value)
@@ -172,6 +198,32 @@ def check_names(given: InputShapes, inputs: Collection[str], symbols: Collection
     for name in given.bindings:
         if name not in known_symbols:
             _unknown(name, "symbol", inputs, known_symbols)
+
+
+def check_declared(given: InputShapes, inputs: Iterable[onnx.ValueInfoProto]) -> None:
+    """:class:`UsageError` when a whole shape given for one of ``inputs`` has another rank than the input declares,
+    or changes one of its static dims (what validation refuses too: the model could not take such an input)."""
+    for value_info in inputs:
+        dims = given.shapes.get(value_info.name)
+        tensor_type = value_info.type.tensor_type
+        if dims is None or not value_info.type.HasField("tensor_type") or not tensor_type.HasField("shape"):
+            continue
+        declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or "?"
+                    for d in tensor_type.shape.dim]
+        shown = f"--input-shape {value_info.name}:{','.join(map(symdim.text, dims)) or '[]'}"
+        what = f"input {value_info.name!r} [{', '.join(map(str, declared))}]"
+        if len(declared) != len(dims):
+            raise UsageError(f"{shown}: {what} has rank {len(declared)}, not {len(dims)}")
+        for axis, (fixed, dim) in enumerate(zip(declared, dims, strict=True)):
+            if isinstance(fixed, int) and _size_or_none(dim, given.bindings) != fixed:
+                raise UsageError(f"{shown}: dim {axis} of {what} is fixed at {fixed}, not {symdim.text(dim)}")
+
+
+def _size_or_none(dim: DimValue, bindings: Mapping[str, int]) -> int | None:
+    try:
+        return symdim.evaluate(dim, bindings)
+    except KeyError:
+        return None
 
 
 def _unknown(name: str, kind: str, inputs: Collection[str], symbols: Collection[str]) -> None:

@@ -32,7 +32,7 @@ from onnx import numpy_helper
 
 from gsrewrite import plugin_hooks
 from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, check_names, model_symbols
+from gsrewrite.graph.input_shapes import InputShapes, check_declared, check_names, model_symbols
 from gsrewrite.graph.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
 from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
@@ -64,6 +64,9 @@ class SymbolicShapes:
     #: the symbols the graph inputs' dims define (and the input shapes given): a dim in any other symbol (ONNX's
     #: ``unk__N``, a size only the data decides such as NonZero's count) is not known before the model runs
     input_symbols: set[str] = field(default_factory=set)
+    #: each If/Loop/Scan body walked, with what is known of its tensors (and of the enclosing graphs' it reads);
+    #: a Loop's body is walked twice (the second walk, with what changes between iterations, comes last)
+    bodies: list[tuple[onnx.GraphProto, Mapping[str, Info]]] = field(default_factory=list)
 
     def unknown_symbols(self) -> list[str]:
         """The symbols used that no input gives (see :attr:`input_symbols`)."""
@@ -126,6 +129,7 @@ def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = No
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]  # (a weight's shape may be given)
     check_names(InputShapes({n: d for n, d in given.shapes.items() if n not in initializers}), inputs, ())
+    check_declared(given, (i for i in model.graph.input if i.name not in initializers))
     walk = _Walk(model, given)
     walk.run()
     if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
@@ -156,6 +160,8 @@ class _Walk:
         #: body nodes the walks may still visit, shared by every body's walk (a Loop walks its body twice: nested
         #: loops would multiply that); past it a body's outputs come from ONNX's inference
         self._body_work = [MAX_BODY_WORK]
+        #: the bodies walked (shared by every body's walk): :attr:`SymbolicShapes.bodies`
+        self.bodies: list[tuple[onnx.GraphProto, Mapping[str, Info]]] = []
 
     # symbols -------------------------------------------------------------------------------------
     def fresh(self, hint: str) -> Expr:
@@ -270,7 +276,8 @@ class _Walk:
             fallback_ops=self.fallback_ops,
             inputs=[i.name for i in graph.input if i.name not in initializers],
             outputs=[o.name for o in graph.output],
-            input_symbols=input_symbols & used)
+            input_symbols=input_symbols & used,
+            bodies=self.bodies)
 
     def _walk(self, nodes: Iterable[onnx.NodeProto]) -> None:
         """Visit ``nodes`` in order; :attr:`_incomplete` says whether an output's type or a dim is still unknown,
@@ -386,6 +393,7 @@ class _Walk:
             if value_info.type.HasField("tensor_type"):
                 child.baseline[value_info.name] = child._type_info(value_info, value_info.name)
         child._walk(_topological(graph))
+        self.bodies.append((graph, child.tensors))
         return [child.tensors.get(o.name) or child.baseline.get(o.name) for o in graph.output]
 
     def _if(self, node: onnx.NodeProto, inputs: list[Info | None],

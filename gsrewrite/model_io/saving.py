@@ -30,6 +30,7 @@ except ImportError:  # not on POSIX: temp files are not locked, the pid alone te
     fcntl = None  # type: ignore[assignment]
 
 from gsrewrite.errors import OutputError
+from gsrewrite.model_io.disk_space import is_full, no_space
 from gsrewrite.model_io.external_data import data_files
 from gsrewrite.model_io.graph_walk import iter_tensors, tensor_protos
 from gsrewrite.model_io.ir_version import clamp_ir_version
@@ -99,7 +100,7 @@ def save_model(
             with atomic_files() as create:
                 create(target).write(serialized)
         except OSError as exc:
-            raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
+            raise write_error(exc, os.fspath(path)) from exc
         log.debug("saved %s (IR %d, the serialized bytes given)", target, model.ir_version)
         return len(serialized)
     inline_bytes = _inline_tensor_bytes(model)
@@ -122,7 +123,7 @@ def save_model(
             payload = _serialized(out, target)
             create(target).write(payload)
     except OSError as exc:
-        raise OutputError(f"cannot write '{os.fspath(path)}': {exc.strerror or exc}") from exc
+        raise write_error(exc, os.fspath(path)) from exc
     log.debug("saved %s (IR %d, external data: %s)", target, out.ir_version, data_path)
     return written + len(payload)
 
@@ -151,10 +152,19 @@ def _save_streamed(model: ModelProto, target: str, folder: str, external_data: b
             else:
                 written = write_inline(out, model_file, folder)
     except (OSError, ValueError) as exc:
-        raise OutputError(f"cannot write '{target}': {getattr(exc, 'strerror', None) or exc}") from exc
+        raise write_error(exc, target) from exc
     log.debug("saved %s (IR %d, weights copied from %s, external data: %s)", target, out.ir_version, folder,
               data_path)
     return written
+
+
+def write_error(exc: BaseException, path: str) -> OutputError:
+    """The error of a failed write of ``path`` (and of the temp files next to it): :class:`NoSpaceError` naming
+    the folder when it is full (or the disk quota or the file size limit is reached), else an OutputError."""
+    if is_full(exc):
+        assert isinstance(exc, OSError)
+        return no_space(exc, f"'{os.path.basename(path)}'", os.path.dirname(path) or ".")
+    return OutputError(f"cannot write '{path}': {getattr(exc, 'strerror', None) or exc}")
 
 
 def writes_as_is(model: ModelProto, serialized: bytes, external_data: bool | None = None) -> bool:
@@ -425,7 +435,8 @@ class PendingFile:
 
     def discard(self) -> None:
         """Close and remove the temp file (nothing to remove once it is in place)."""
-        self.file.close()
+        with suppress(OSError):  # a write that failed (a full disk) fails again as close flushes
+            self.file.close()
         if not self._placed:
             _unlink(self.tmp)
 
@@ -449,6 +460,10 @@ def atomic_files() -> Iterator[Callable[[str], BinaryIO]]:
             p.put_in_place()
         for folder in {os.path.dirname(target) for target in replacing}:
             _fsync_dir(folder)
+    except OSError as exc:
+        if pending and is_full(exc):  # named here for every writer (a plot, a shape engine, an array)
+            raise write_error(exc, pending[-1].target) from exc
+        raise
     finally:
         for p in pending:
             p.discard()

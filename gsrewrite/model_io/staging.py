@@ -23,8 +23,7 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.errors import OutputError
-from gsrewrite.model_io.saving import PendingFile, check_output_path, save_model, writes_as_is
+from gsrewrite.model_io.saving import PendingFile, check_output_path, save_model, write_error, writes_as_is
 
 _open: ContextVar[StagedSave | None] = ContextVar("gsrewrite_staged_save", default=None)
 
@@ -87,7 +86,7 @@ class StagedSave:
             self._pending.commit()
         except OSError as exc:
             self._discard()
-            raise OutputError(f"cannot write '{self._path}': {exc.strerror or exc}") from exc
+            raise write_error(exc, self._path) from exc
         self._pending = None
         return len(self._data)
 

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import onnx
 
+from gsrewrite.errors import UsageError
+
 if TYPE_CHECKING:
     from gsrewrite.graph.input_shapes import ShapeSpec
     from gsrewrite.patterns.registry import PatternRegistry
@@ -123,6 +125,10 @@ class ValidationOptions:
     providers: Sequence[str] | None = None
     max_memory: int | str | None = None
     noise_factor: float = 8.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, int) or self.seed < 0:  # checked before any work (numpy's rule)
+            raise UsageError(f"--seed must be a non-negative integer, got {self.seed!r}")
 
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`gsrewrite.validate` (unset ones left out)."""

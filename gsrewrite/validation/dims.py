@@ -19,9 +19,11 @@ indexes by position). Other models get the sample, a small and a long set (:mod:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError
@@ -30,6 +32,7 @@ from gsrewrite.graph.dim_relations import DimSolution, solve_input_dims, substit
 from gsrewrite.graph.input_shapes import as_input_shapes, check_names
 from gsrewrite.graph.symdim import DimValue
 from gsrewrite.validation.index_bounds import gather_index_bounds
+from gsrewrite.validation.memory import MemoryBudgetError, budget_in_force, format_bytes
 from gsrewrite.validation.shapes import BATCH_DEFAULT, OTHER_DEFAULT, ShapeSpec, default_dim
 from gsrewrite.validation.signature import InputSpec, model_inputs
 
@@ -76,17 +79,17 @@ class InputDims:
 
     def sample_bindings(self, other: int = OTHER_DEFAULT) -> dict[str, int]:
         """A size for every free symbol: fixed ones as given, batch-like 2, others ``other``; a decoder's sample
-        is a decode step: 1 new token over a past of ``other``."""
+        is a decode step: 1 new token over a past of ``other``; none below what the graph's ops accept
+        (``solution.minimums``)."""
         new = self.new_tokens if self.is_decoder else set()
         out = {}
         for name in self.solution.free:
             role = self.roles.get(name, "sequence")
             if name in self.fixed:
                 out[name] = self.fixed[name]
-            elif role == "batch":
-                out[name] = BATCH_DEFAULT
-            else:
-                out[name] = 1 if name in new else other
+            else:  # at least what the graph's ops accept (a reflect Pad's length: graph/dim_minimums.py)
+                size = BATCH_DEFAULT if role == "batch" else 1 if name in new else other
+                out[name] = max(size, self.solution.minimums.get(name, 0))
         return out
 
     def sample(self, other: int = OTHER_DEFAULT) -> Shapes:
@@ -161,10 +164,39 @@ def input_dims(model: onnx.ModelProto, input_shapes: ShapeSpec | None = None,
     raw = {spec.name: _parse(spec) for spec in specs}
     fixed, whole = _user_bindings(specs, raw, input_shapes)
     solution = solve_input_dims(model, fixed)
-    int_names = [s.name for s in specs if s.dtype.kind in "iu" and _is_position(s.name)]
-    bounds = gather_index_bounds(model.graph, int_names) if int_names else {}
-    rows: dict[str, int | None] = {name: bounds.get(name) for name in int_names}
-    return _make(specs, raw, solution, fixed, whole, rows)
+    positions = {s.name: s.dtype for s in specs if s.dtype.kind in "iu" and _is_position(s.name)}
+    bounds = gather_index_bounds(model.graph, list(positions)) if positions else {}
+    # positions stay below the table they index and within their type (a uint8 position holds 0..255)
+    rows: dict[str, int | None] = {name: min(bounds.get(name, 2**63), int(np.iinfo(dtype).max) + 1)
+                                   for name, dtype in positions.items()}
+    dims = _make(specs, raw, solution, fixed, whole, rows)
+    if fixed:
+        _check_given_sizes(dims)
+    return dims
+
+
+def _check_given_sizes(dims: InputDims) -> None:
+    """:class:`MemoryBudgetError` when the sizes the caller gave make one input larger than the memory budget
+    whatever the other dims get (counted at their smallest: 1, a past 0): one line before any input set is
+    planned, rather than a warning per size set."""
+    budget = budget_in_force()
+    smallest = {name: dims.fixed.get(name, 0 if dims.roles.get(name) == "past" else 1)
+                for name in dims.solution.free}
+    for spec in dims.specs:
+        if not any(symdim.symbols(d) & dims.fixed.keys() for d in dims.dims[spec.name]):
+            continue  # sized by the model alone: the estimate of the whole run says more (its largest tensor)
+        try:
+            itemsize = spec.dtype.itemsize or 1
+            sizes = [max(symdim.evaluate(d, smallest), 0) for d in dims.dims[spec.name]]
+        except (InputDataError, KeyError):
+            continue
+        nbytes = math.prod(sizes) * itemsize
+        if nbytes > budget:
+            given = ", ".join(f"{name}={size}" for name, size in dims.fixed.items() if size in sizes)
+            raise MemoryBudgetError(
+                f"input {spec.name!r} [{', '.join(map(str, sizes))}] takes at least {format_bytes(nbytes)}"
+                f"{f' with {given}' if given else ''}, over the memory budget of {format_bytes(budget)}; give "
+                "smaller sizes with --input-shape")
 
 
 def _make(specs: list[InputSpec], raw: dict[str, list[DimValue]], solution: DimSolution, fixed: dict[str, int],

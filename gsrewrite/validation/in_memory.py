@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.graph.core import copy_fields
+from gsrewrite.model_io.disk_space import writing
 from gsrewrite.model_io.scratch import is_scratch, resolve
 from gsrewrite.model_io.wire import initializer_payloads
 
@@ -96,7 +97,8 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
     payloads = initializer_payloads(data) if data is not None else None
     if payloads is not None and len(payloads) != len(model.graph.initializer):
         payloads = None
-    with tempfile.TemporaryFile(prefix="gsrewrite-weights-") as scratch:
+    with writing("a copy of the model's weights for onnxruntime"), \
+            tempfile.TemporaryFile(prefix="gsrewrite-weights-") as scratch:
         for index, tensor in enumerate(model.graph.initializer):
             if id(tensor) not in chosen:
                 light.graph.initializer.append(tensor)

@@ -57,6 +57,13 @@ class InputPlan:
     choices: tuple[float, ...] = ()
     choice: int = 0
 
+    def __post_init__(self) -> None:
+        last = None if self.start is None or not self.shape else self.start + self.shape[-1] - 1
+        if last is not None and self.dtype.kind in "iu" and last > np.iinfo(self.dtype).max:
+            raise InputDataError(f"input {self.name!r} ({self.dtype}) cannot hold the positions {self.start}..{last} "
+                                 f"these sizes need (at most {np.iinfo(self.dtype).max}): give a shorter past or "
+                                 "fewer new tokens")
+
     def draw(self, rng: np.random.Generator, mask_offset: int = 0) -> np.ndarray:
         """One random array following the plan (``mask_offset``: the kind of a mask's first row)."""
         kind = self.dtype.kind

@@ -10,11 +10,14 @@ read again from the file by the next comparison). Smaller outputs, and outputs t
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import tempfile
 from typing import IO, Any
 
 import numpy as np
+
+from gsrewrite.model_io.disk_space import writing
 
 #: a run's array outputs of at least this many bytes in all go to the scratch file
 SPILL_BYTES = 8 << 20
@@ -41,6 +44,10 @@ class KeptOutputs:
                   if isinstance(value, np.ndarray) and value.dtype != object and value.nbytes}
         if sum(a.nbytes for a in arrays.values()) < self.spill_bytes:
             return outputs
+        with writing("validation's reference outputs"):
+            return self._spilled(outputs, arrays)
+
+    def _spilled(self, outputs: dict[str, Any], arrays: dict[str, np.ndarray]) -> _Spilled:
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="gsrewrite-outputs-")  # noqa: SIM115 (lives with self)
         file = self._file
@@ -73,5 +80,6 @@ class KeptOutputs:
     def close(self) -> None:
         """Remove the scratch file (the kept views must not be read afterwards)."""
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # a write that failed (a full disk) fails again in close's flush
+                self._file.close()
             self._file = None

@@ -12,11 +12,13 @@ large initializers are replaced by graph inputs of the same type and shape befor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import onnx
@@ -71,6 +73,26 @@ def default_budget() -> int:
     """Half the memory available now (``MemAvailable`` in /proc/meminfo, else the physical pages), at least
     :data:`MIN_DEFAULT_BUDGET`."""
     return max(_half_available(), MIN_DEFAULT_BUDGET)
+
+
+_BOUND: ContextVar[int | None] = ContextVar("gsrewrite_memory_budget", default=None)
+
+
+def budget_in_force() -> int:
+    """The memory budget of the validation running in this context (:func:`memory_budget`: ``--max-memory``),
+    else :func:`default_budget`: what generated values that size a tensor must stay within."""
+    bound = _BOUND.get()
+    return default_budget() if bound is None else bound
+
+
+@contextlib.contextmanager
+def memory_budget(budget: int) -> Iterator[None]:
+    """Within: :func:`budget_in_force` is ``budget``."""
+    token = _BOUND.set(budget)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
 
 
 def _half_available() -> int:

@@ -28,12 +28,14 @@ import onnx
 from google.protobuf.message import EncodeError
 
 from gsrewrite.errors import CannotValidateError, ValidationError
+from gsrewrite.model_io.disk_space import writing
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.graph_walk import iter_graphs
 from gsrewrite.model_io.weights import has_references
 from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
-from gsrewrite.validation.run_limits import RunTimeLimitError, limited_run
+from gsrewrite.validation.loop_trips import endless_loop
+from gsrewrite.validation.run_limits import RUN_TIMEOUT_ENV, RunTimeLimitError, limited_run, run_time_limit
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +168,10 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
 
     Refused before onnxruntime sees the model: local functions that expand past
     :data:`~gsrewrite.model_io.functions.MAX_EXPANDED_NODES` nodes (onnxruntime would expand them, in native
-    code, for minutes). Errors: :class:`CannotValidateError` for the ``original`` role (nothing can be compared
-    with it), :class:`ValidationError` for any other.
+    code, for minutes), and a Loop that cannot end within the run time limit
+    (:mod:`~gsrewrite.validation.loop_trips`: :class:`RunTimeLimitError` at once, not after the limit). Errors:
+    :class:`CannotValidateError` for the ``original`` role (nothing can be compared with it),
+    :class:`ValidationError` for any other.
 
     ``reuse_memory=False`` skips onnxruntime's buffer-reuse planning (every intermediate gets its own
     buffer): for the one-off sessions of small probes (shape checks, side computations) that more than halves
@@ -183,6 +187,10 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
         if source.role == "original":
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
+    endless = endless_loop(source.proto, run_time_limit())
+    if endless is not None:  # refused now rather than stopped at the limit
+        raise RunTimeLimitError(f"{source.what} cannot finish a run: {endless} ({RUN_TIMEOUT_ENV}=SECONDS sets "
+                                "the limit)")
     options = _bench_options(bench) if bench is not None else _validation_options(source, reuse_memory)
     if optimized and bench is None:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -302,7 +310,7 @@ def why_unrunnable(model: onnx.ModelProto) -> str | None:
     cheap look for ``--no-validate`` and before a command's work."""
     if not model.graph.output:
         return "the model has no outputs"
-    problem = expansion_problem(model)
+    problem = expansion_problem(model) or endless_loop(model, run_time_limit())
     if problem is not None:
         return problem
     newest = onnx.defs.onnx_opset_version()
@@ -345,9 +353,10 @@ def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memor
     split = None if in_memory_first else in_memory_model(source.proto)
     if split is not None:
         return split.data, split
-    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
-    log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
-    return str(write_with_external_data(source.proto, folder)), None
+    with writing(f"the {source.role} model with its external data for onnxruntime"):
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
+        log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
+        return str(write_with_external_data(source.proto, folder)), None
 
 
 def serialized_source(model: onnx.ModelProto, role: str) -> ModelSource:

@@ -18,7 +18,7 @@ from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
 from gsrewrite.validation.kept_outputs import KeptOutputs
-from gsrewrite.validation.memory import MemoryBudgetError, default_budget, parse_size
+from gsrewrite.validation.memory import MemoryBudgetError, default_budget, memory_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.noise import Noise, measure_noise
 from gsrewrite.validation.prefill import PrefillPlan, prefill_described, prefill_plan, prefilled_feed
@@ -106,7 +106,7 @@ class Validator:
         self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol,
                                                                            noise_factor=noise_factor)
         atol, rtol = self.criterion.atol, self.criterion.rtol
-        _check_options(runs)
+        _check_options(runs, seed)
         self.criterion.check()
         if inputs is not None and input_shapes:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
@@ -120,7 +120,7 @@ class Validator:
         self.class_axes = class_axes(self.original.proto)
         given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
         self.kept = KeptOutputs()  # large outputs wait in a scratch file, not in memory
-        with open_session(self.original, providers) as session:
+        with open_session(self.original, providers) as session, memory_budget(self.budget):
             self.sets, self.outputs = self._reference_runs(session, given, input_shapes)
             self.output_names = list(session.output_names)
             self.timings = {"original": _timings(self.original, session)}
@@ -370,6 +370,8 @@ def _timings(model: ModelSource, session: Session) -> dict[str, float]:
     return {"load": model.load_seconds, "session": session.create_seconds, "run": session.run_seconds}
 
 
-def _check_options(runs: int) -> None:
+def _check_options(runs: int, seed: int) -> None:
     if not isinstance(runs, int) or runs < 1:
         raise UsageError(f"runs must be a positive integer, got {runs!r}")
+    if not isinstance(seed, int) or seed < 0:  # numpy's default_rng takes non-negative integers only
+        raise UsageError(f"the seed must be a non-negative integer, got {seed!r}")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from gsrewrite.plugin_api import Tolerance, UsageError, load_model, save_model
+from gsrewrite.plugin_api import Tolerance, UsageError, is_full, load_model, save_model, writing
 from gsrewrite_builtins.compression.common import Compressed, named_copy, node_names, non_finite_weights
 
 
@@ -125,7 +125,8 @@ class DynamicInt8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         poisoned = non_finite_weights(model)
-        with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
+        with writing("the models onnxruntime's quantizer reads and writes"), \
+                tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
             try:
@@ -137,6 +138,8 @@ class DynamicInt8:
                                  extra_options={"MatMulConstBOnly": True,
                                                 "WeightSymmetric": bool(options.get("symmetric", True))})
             except Exception as exc:  # onnxruntime's quantizer failing on this graph: one line
+                if is_full(exc):  # its temp folder is full: said by writing()
+                    raise
                 raise UsageError(f"onnxruntime's quantize_dynamic failed: {str(exc).splitlines()[0]}") from None
             result = load_model(str(target))
         changed = _quantized_nodes(model, result)
@@ -175,7 +178,8 @@ class StaticInt8:
         op_types = list(options.get("op_types") or ["Conv", "MatMul", "Gemm"])
         model = named_copy(model)  # its quantizer excludes nodes by name
         poisoned = non_finite_weights(model)
-        with tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
+        with writing("the models onnxruntime's quantizer reads and writes"), \
+                tempfile.TemporaryDirectory(prefix="gsrewrite-q-") as folder, _quiet():
             source, target = Path(folder, "in.onnx"), Path(folder, "out.onnx")
             external = _save(model, source)
             try:
@@ -185,6 +189,8 @@ class StaticInt8:
                                 op_types_to_quantize=op_types, per_channel=bool(options.get("per_channel", True)),
                                 nodes_to_exclude=[*(options.get("exclude") or ()), *poisoned])
             except Exception as exc:
+                if is_full(exc):  # its temp folder is full: said by writing()
+                    raise
                 raise UsageError(f"onnxruntime's quantize_static failed: {str(exc).splitlines()[0]}") from None
             result = load_model(str(target))
         where = "given inputs" if options.get("calibration") else "generated inputs (give --calibration for real data)"
