@@ -106,7 +106,7 @@ _SMOOTH = frozenset({"Cos", "Sin", "Exp", "Tanh", "Sigmoid", "Sqrt", "Reciprocal
 BOUND_CAP = 1e18
 #: (batch, length) at which every tensor of a computation is evaluated to tell the computed constants (the same
 #: at each) from the values that follow the sizes; small, since every tensor is kept
-PROBES = ((2, 7), (3, 12), (5, 33))
+PROBES = ((2, 7), (3, 5), (5, 12))
 #: |x| beyond which Sigmoid, Tanh and Erf return their limit exactly (float64's sigmoid: 36.7), so a threshold
 #: on their output is one on their input at most this large (times the output threshold's own factor)
 SATURATION = 37.0
@@ -352,20 +352,20 @@ def plan_lengths(side: Side, batch: int | None, feeds: Feeds, fits: Callable[[in
 
 def probe_values(side: Side, batch: int | None, feeds: Feeds) -> list[dict[str, Any]]:
     """Every tensor of ``side`` (its inputs too) at each of :data:`PROBES` at which it can be computed (``batch``
-    fixed: at that batch)."""
+    fixed: at that batch); NotProven when fewer than two are left (its computed constants would be unknown)."""
     named = list({id(t): t for n in side.nodes for t in n.outputs if t.name}.values())
-    try:
-        evaluate = outputs_evaluator(submodel(side.opset, side.nodes, side.inputs, named), side.what)
-    except NotProven as exc:  # no computed constants: every tensor then counts as following the sizes
-        logger.debug("%s: its tensors cannot be evaluated (%s)", side.what, exc)
-        return []
-    found = []
+    evaluate = outputs_evaluator(submodel(side.opset, side.nodes, side.inputs, named), side.what)
+    found, reason = [], ""
     for rows, length in PROBES:
         inputs = feeds(batch or rows, length)
         try:
             found.append({**inputs, **evaluate(inputs)})
         except NotProven as exc:
+            reason = str(exc)
             logger.debug("%s: cannot be computed at batch %d, length %d (%s)", side.what, batch or rows, length, exc)
+    if len(found) < 2:
+        raise NotProven(f"{side.what} cannot be computed at the sizes that tell its computed constants "
+                        f"({[n for _, n in PROBES]}): {reason}")
     return found
 
 
