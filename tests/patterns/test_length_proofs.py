@@ -366,8 +366,8 @@ def test_a_computed_constant_counts_once_where_it_meets_the_length() -> None:
      "y = Expand (y1, sq)", 460, 4000),
 ])
 def test_thresholds_computed_from_constants_are_bounded(nodes: str, low: float, high: float) -> None:
-    extra: dict[str, np.ndarray] = {"base": np.array(1.001, np.float32), "nine": np.array(9, np.uint64), "f001": np.array(0.01, np.float32),
-             "f099": np.array(0.99, np.float32)}
+    extra: dict[str, np.ndarray] = {"base": np.array(1.001, np.float32), "nine": np.array(9, np.uint64),
+                                    "f001": np.array(0.01, np.float32), "f099": np.array(0.99, np.float32)}
     shaped = "n1 = Unsqueeze (n, zero_1)\n sq = Concat <axis = 0> (n1, n1)\n" if "sq" in nodes else ""
     assert low <= _bound(shaped + nodes, extra) < high
 
