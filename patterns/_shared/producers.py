@@ -10,8 +10,9 @@ all of them is :mod:`gsrewrite_patterns._shared.sizes`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -88,8 +89,9 @@ def stand_in(tensor: gs.Variable, sizes: dict[str, int], default: tuple[int, ...
     return np.zeros(shape, dtype=np.dtype(tensor.dtype) if tensor.dtype is not None else np.int64)
 
 
-def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output: gs.Tensor) -> onnx.ModelProto:
-    """``nodes`` alone as a model computing ``output`` (copied: the graph is not touched)."""
+def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable],
+             output: gs.Tensor | Sequence[gs.Tensor]) -> onnx.ModelProto:
+    """``nodes`` alone as a model computing ``output`` (or several outputs; copied: the graph is not touched)."""
     env: dict[int, gs.Tensor] = {}
 
     def copy(tensor: gs.Tensor) -> gs.Tensor:
@@ -105,9 +107,10 @@ def submodel(opset: int, nodes: list[gs.Node], inputs: list[gs.Variable], output
         t.shape = [None] * len(t.shape or ())
     sub_nodes = [gs.Node(n.op, n.name, dict(n.attrs), [copy(t) if t.name else gs.Variable.empty() for t in n.inputs],
                          [copy(t) if t.name else gs.Variable.empty() for t in n.outputs]) for n in nodes]
-    out = copy(output)
-    out.shape = None
-    sub = gs.Graph(nodes=sub_nodes, inputs=sub_inputs, outputs=[out], opset=opset)
+    outs = [copy(t) for t in ([output] if isinstance(output, gs.Tensor) else output)]
+    for out in outs:
+        out.shape = None
+    sub = gs.Graph(nodes=sub_nodes, inputs=sub_inputs, outputs=outs, opset=opset)
     legalize(sub)  # the engine's canonical spelling (axes as attributes, ...) back to the opset's
     model = gs.export_onnx(sub, do_type_check=False)
     model.ir_version = min(model.ir_version, 8)
@@ -120,6 +123,13 @@ def evaluator(model: onnx.ModelProto | bytes, what: str = "the computation"
     """A function computing the single output of ``model`` for feeds (one onnxruntime session from gsrewrite's
     runner: no graph optimizations, each run under the run time limit); it and its calls raise NotProven on
     failure."""
+    evaluate = outputs_evaluator(model, what)
+    return lambda feeds: np.asarray(next(iter(evaluate(feeds).values())))
+
+
+def outputs_evaluator(model: onnx.ModelProto | bytes, what: str = "the computation"
+                      ) -> Callable[[dict[str, np.ndarray]], dict[str, Any]]:
+    """:func:`evaluator` for every output of ``model`` (by name: arrays, lists of arrays for sequences)."""
     from gsrewrite.plugin_api import GsrewriteError, model_session
 
     try:
@@ -127,9 +137,9 @@ def evaluator(model: onnx.ModelProto | bytes, what: str = "the computation"
     except GsrewriteError as exc:  # the message names ``what``
         raise NotProven(str(exc).splitlines()[0][:600]) from None
 
-    def evaluate(feeds: dict[str, np.ndarray]) -> np.ndarray:
+    def evaluate(feeds: dict[str, np.ndarray]) -> dict[str, Any]:
         try:
-            return np.asarray(next(iter(session.run(feeds).values())))
+            return session.run(feeds)
         except GsrewriteError as exc:
             raise NotProven(str(exc).splitlines()[0][:600]) from None
 

@@ -18,9 +18,10 @@ onnxruntime gives the future keys (see :data:`CAUSAL_FILTER`).
 **Every length, not one.** A sliding window (``i - j < 20``), a band (``|i - j| < 20``) or a prefix-LM mask
 equals the causal or the padding rule at a short length and differs beyond it. The proof therefore runs at
 every length :mod:`gsrewrite_patterns._shared.sizes` chooses from the computation's own constants (7, 33, 130, past
-every threshold those constants can make, and the length of every constant table it slices), with batch 2
-(1 for long lengths), and refuses when those lengths get too large. Lengths at which the computation fails or
-its result has another length are left out (a sliced causal buffer ends there: the model cannot run either);
+every threshold those constants can make, computed ones too: a window of ``Exp(ln 200 + 0 * S)`` is 200, and
+the length of every constant table it slices), with batch 2 (1 for long lengths), and refuses when those
+lengths get too large. None past the end of a table the model cannot run beyond; lengths at which the
+computation fails or its result has another length are left out (a sliced causal buffer ends there);
 an input read for its shape whose dims are named otherwise than the mask's is refused (a size no test sweeps).
 Static mask dims are proven at their size only (the model runs at no other).
 
@@ -31,6 +32,7 @@ across calls).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,14 +41,7 @@ import onnx_graphsurgeon as gs
 from gsrewrite.plugin_api import CheckFailed, Match, reads
 
 from .._shared.producers import NotProven, computation, evaluator, stand_in, submodel
-from .._shared.sizes import (
-    foreign_dims,
-    proof_lengths,
-    runs_at,
-    structural_constants,
-    table_lengths,
-    threshold_bound,
-)
+from .._shared.sizes import Side, foreign_dims, plan_lengths, runs_at
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +151,7 @@ def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
         raise NotProven(f"the bias {foreign}")
     evaluate = evaluator(submodel(match.opset, found.nodes, [mask, *shape_inputs], bias), "the bias computation")
     filter_value: float | None = None
-    plan = _test_dims(mask, found.nodes, bias)
+    plan = _test_dims(Side(found.nodes, [mask, *shape_inputs], bias, match.opset, "the bias"), evaluate)
     unfit: str | None = ""
     for dims in plan:
         for case in range(3):
@@ -181,16 +176,28 @@ def _analyse(match: Match, bias: gs.Tensor, causal: bool) -> PaddingBias:
     return PaddingBias(mask, filter_value)
 
 
-def _test_dims(mask: gs.Variable, nodes: list[gs.Node], bias: gs.Tensor) -> list[tuple[int, int]]:
+def _test_dims(side: Side, evaluate: Callable[[dict[str, np.ndarray]], np.ndarray]) -> list[tuple[int, int]]:
     """Concrete (batch, sequence) pairs to prove the bias at: static dims as declared; a symbolic sequence at
-    every length of :func:`~gsrewrite_patterns._shared.sizes.proof_lengths` (its constants cannot hide a threshold);
-    a symbolic batch at 2 (1 for long sequences)."""
+    every length of :func:`~gsrewrite_patterns._shared.sizes.plan_lengths` (its constants, computed ones too,
+    cannot hide a threshold; none past the end of a table the model slices); a symbolic batch at 2 (1 for long
+    sequences)."""
+    mask, *shape_inputs = side.inputs
     batch, sequence = mask.shape
     fixed_batch = batch if isinstance(batch, int) and batch > 0 else None
     if isinstance(sequence, int) and sequence > 0:
         return [(fixed_batch or 2, sequence)]
-    bound = threshold_bound(structural_constants(nodes, bias))
-    plan = proof_lengths(bound, fixed_batch, "the bias", table_lengths(nodes))
+
+    def feeds(rows: int, length: int) -> dict[str, np.ndarray]:
+        return _feeds(mask, shape_inputs, (rows, length), 0)
+
+    def fits(length: int) -> bool:
+        try:
+            value = evaluate(feeds(fixed_batch or 1, length))
+        except NotProven:
+            return False
+        return not value.ndim or runs_at(value, length, (-1, -2)) is None
+
+    plan = plan_lengths(side, fixed_batch, feeds, fits)
     return [(fixed_batch or rows, length) for length, rows in plan]
 
 

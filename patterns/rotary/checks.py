@@ -9,7 +9,13 @@ Exports with a dynamic sequence compute the tables at run time (``cos(cat(freqs,
 row: row i of the table is what the model applies at position i, which is what the op reads for position
 0 + i. :func:`rotate_half_dynamic` proves the halves equal by running the table's computation
 (:mod:`gsrewrite_patterns._shared.producers`) at every length :mod:`gsrewrite_patterns._shared.sizes`
-chooses (a table that differs only past some position is seen there).
+chooses (a table that differs only past some position is seen there, the position computed or not).
+
+Both keep the table's computation, so a switch of frequencies with the length or the positions (LongRoPE's
+short/long factors, dynamic NTK's base past the trained length) stays the model's own: only the equal halves
+are claimed. ``rotary-positions`` proves them by construction (``g(cat(f, f))``, whatever ``f`` is), so a
+switch inside ``f`` is kept as it is; one after the concatenation (a ``Where`` or ``If`` choosing between
+tables) is refused, like any op that may mix the halves.
 """
 
 from __future__ import annotations

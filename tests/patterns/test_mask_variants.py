@@ -97,9 +97,10 @@ def _with_grid(base: str, splice: str) -> str:
     return base.replace("keep = And (grid,", splice + "\n      keep = And (both,")
 
 
-def _variant(nodes: str, attention: str = ATTENTION, extra_inputs: str = "") -> onnx.ModelProto:
+def _variant(nodes: str, attention: str = ATTENTION, extra_inputs: str = "",
+             constants: dict[str, np.ndarray] | None = None) -> onnx.ModelProto:
     """x [batch, seq, 8] -> ``attention`` reading ``bias``, which ``nodes`` compute from ``mask`` (as
-    test_attention_mask's builder, with this file's constants too)."""
+    test_attention_mask's builder, with this file's constants and ``constants`` too)."""
     rng = np.random.default_rng(0)
     text = f"""
     agraph (float[batch, seq, {D}] x, int64[batch, seq] mask{extra_inputs}) => (float[batch, seq, {D}] y) {{
@@ -107,15 +108,15 @@ def _variant(nodes: str, attention: str = ATTENTION, extra_inputs: str = "") -> 
       {attention}
     }}
     """
-    constants = {
+    values = {
         "w": rng.standard_normal((D, 3 * D)).astype(np.float32), "b": rng.standard_normal(3 * D).astype(np.float32),
         "one": np.array(1.0, np.float32), "big": np.array(-10000.0, np.float32),
         "lowest": np.array(np.finfo(np.float32).min, np.float32), "zero": np.array(0.0, np.float32),
         "zero_i": np.array(0, np.int64), "one_i": np.array(1, np.int64), "ax1": np.array([1], np.int64),
         "ax2": np.array([2], np.int64), "ax12": np.array([1, 2], np.int64), "zero_1": np.array([0], np.int64),
-        **EXTRA,
+        **EXTRA, **(constants or {}),
     }
-    return model_from_text(text, extra_opsets={"com.microsoft": 1}, initializers=constants)
+    return model_from_text(text, extra_opsets={"com.microsoft": 1}, initializers=values)
 
 
 # BERT with a local band: keys 20 or more positions away (either side) are hidden, plus the padding
