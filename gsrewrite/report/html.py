@@ -25,8 +25,8 @@ main{padding:8px 24px 40px}section{margin-top:18px}h2{border-bottom:2px solid #c
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d3dbe3;padding:3px 8px;text-align:left;
 vertical-align:top}th{background:#eef2f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .region{background:#fff;border:1px solid #d3dbe3;border-radius:6px;padding:10px 14px;margin:14px 0}
-.pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.pair figure{margin:0;overflow-x:auto;
-max-width:100%}figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px sans-serif;fill:#1d2733}
+.pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.sbs{display:grid;gap:18px;
+align-items:start;max-width:max-content}figure{margin:0}.sbs svg{max-width:100%;height:auto}figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px sans-serif;fill:#1d2733}
 svg .small{font-size:10px}svg g.node text:first-of-type{font-size:12px}.ok{color:#1d7a35;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.muted{color:#5b6b7f}code{word-break:break-all}details{margin:6px 0}
 li{word-break:break-all}.count{background:#2f6fb3;color:#fff;border-radius:9px;padding:0 8px;font-size:12px}
@@ -91,13 +91,17 @@ def _region(index: int, group: RegionGroup) -> str:
     region = group.region
     variant = f" <span class='muted'>({text(region.variant)})</span>" if region.variant else ""
     before, after = region.before, region.after
+    drawn = layout(before), layout(after)
     figures = (f"<figure><figcaption>matched: {len(before.nodes)} node(s)</figcaption>"
-               f"{subgraph(layout(before), 'matched subgraph')}</figure>"
+               f"{subgraph(drawn[0], 'matched subgraph')}</figure>"
                f"<figure><figcaption>replaced by: {len(after.nodes)} node(s)</figcaption>"
-               f"{subgraph(layout(after), 'replacement')}</figure>")
+               f"{subgraph(drawn[1], 'replacement')}</figure>")
+    # side by side, both drawings shrunk by one factor when the page is narrower than the two
+    columns = " ".join(f"minmax(0,{max(d.width, 120):.0f}fr)" for d in drawn)
     return (f"<div class='region' id='region-{index}' data-pattern='{text(region.pattern)}' "
             f"data-count='{group.count}'><h3>{index}. {text(region.pattern)}{variant} "
-            f"<span class='count'>&times; {group.count}</span></h3><div class='pair'>{figures}</div>"
+            f"<span class='count'>&times; {group.count}</span></h3>"
+            f"<div class='sbs' style='grid-template-columns:{columns}'>{figures}</div>"
             f"{_boundary(before)}{_instances(group)}</div>")
 
 

@@ -17,8 +17,8 @@ from gsrewrite.report.record import INPUT, OUTPUT, WEIGHT, NodeInfo, Subgraph, T
 CHAR_WIDTH, LINE_HEIGHT = 6.6, 14
 #: padding inside a box, gaps between boxes and between layers, the margin around the drawing
 PAD, GAP_X, GAP_Y, MARGIN = 8, 18, 30, 10
-#: attribute and weight lines shown in a node's box, and their length
-MAX_LINES, LINE_CHARS = 3, 30
+#: attribute and weight lines shown in a node's box, their length, and the length of a tensor's lines
+MAX_LINES, LINE_CHARS, TENSOR_CHARS = 3, 30, 22
 #: sweeps of barycentric ordering and of coordinate pulling
 SWEEPS = 6
 
@@ -88,7 +88,7 @@ def _vertices(sub: Subgraph) -> tuple[list[Box], list[tuple[int, int]]]:
 
 
 def _tensor_box(tensor: TensorInfo, kind: str) -> Box:
-    lines = [_tail(tensor.name, LINE_CHARS), _clip(f"{tensor.shape} {tensor.dtype}".strip(), LINE_CHARS)]
+    lines = [_tail(tensor.name, TENSOR_CHARS), _clip(f"{tensor.shape} {tensor.dtype}".strip(), TENSOR_CHARS)]
     return _sized(Box(kind, lines, f"{tensor.name}: {tensor.shape} {tensor.dtype}".strip()))
 
 
