@@ -71,8 +71,10 @@ def write_report(result: Any, path: str | os.PathLike[str], **context: Any) -> i
     """Write ``result``'s HTML report to ``path`` (atomically; ``context``: :func:`report_data`'s keywords);
     returns the bytes written."""
     from gsrewrite.report.html import write
+    from gsrewrite.stages import stage
 
-    return write(report_data(result, **context), path)
+    with stage("writing the report"):
+        return write(report_data(result, **context), path)
 
 
 def _command(result: Any) -> str:

@@ -8,6 +8,7 @@ one snapshot (:meth:`Regions.region`), so a model with 30 equal layers keeps one
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Iterable, Sequence
@@ -70,7 +71,7 @@ def shape_text(shape: Any) -> str:
     """``batch x 128 x 768``; ``scalar``; ``?`` when unknown (a dim unknown: ``?`` in its place)."""
     if shape is None:
         return "?"
-    dims = ["?" if d is None or d == "" else str(d) for d in shape]
+    dims = ["?" if d is None or (isinstance(d, str) and not d) else str(d) for d in shape]
     return " x ".join(dims) if dims else "scalar"
 
 
@@ -78,6 +79,14 @@ def _dtype(tensor: gs.Tensor) -> str:
     dtype = getattr(tensor, "dtype", None)
     if dtype is None:
         return ""
+    try:
+        return _dtype_name(dtype)
+    except TypeError:  # unhashable: not a dtype numpy knows either
+        return str(dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_name(dtype: Any) -> str:
     try:
         return np.dtype(dtype).name
     except TypeError:

@@ -26,7 +26,8 @@ table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d3dbe3;paddi
 vertical-align:top}th{background:#eef2f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .region{background:#fff;border:1px solid #d3dbe3;border-radius:6px;padding:10px 14px;margin:14px 0}
 .pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.sbs{display:grid;gap:18px;
-align-items:start;max-width:max-content}figure{margin:0}.sbs svg{max-width:100%;height:auto}figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px sans-serif;fill:#1d2733}
+align-items:start;max-width:max-content}figure{margin:0}.sbs svg{max-width:100%;height:auto}
+figcaption{font-weight:600;margin-bottom:4px}svg text{font:11px sans-serif;fill:#1d2733}
 svg .small{font-size:10px}svg g.node text:first-of-type{font-size:12px}.ok{color:#1d7a35;font-weight:600}
 .bad{color:#b3261e;font-weight:600}.muted{color:#5b6b7f}code{word-break:break-all}details{margin:6px 0}
 li{word-break:break-all}.count{background:#2f6fb3;color:#fff;border-radius:9px;padding:0 8px;font-size:12px}
