@@ -88,7 +88,7 @@ def _vertices(sub: Subgraph) -> tuple[list[Box], list[tuple[int, int]]]:
 
 
 def _tensor_box(tensor: TensorInfo, kind: str) -> Box:
-    lines = [_tail(tensor.name, TENSOR_CHARS), _clip(f"{tensor.shape} {tensor.dtype}".strip(), TENSOR_CHARS)]
+    lines = [_tail(tensor.name, TENSOR_CHARS), _clip(f"{tensor.shape} {tensor.dtype}".strip(), LINE_CHARS)]
     return _sized(Box(kind, lines, f"{tensor.name}: {tensor.shape} {tensor.dtype}".strip()))
 
 
