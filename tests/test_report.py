@@ -113,3 +113,14 @@ def test_a_report_of_nothing_changed_and_of_a_simplify(tmp_path):
     unchanged = gsrewrite.apply(model, ["gelu"])
     html = render(gsrewrite.report_data(unchanged))
     assert "No region was rewritten" in html
+
+
+def test_many_equal_layers_are_one_drawing_and_a_capped_list():
+    """The report grows with the distinct regions, not the model: 80 blocks, two drawings, the names capped."""
+    result = gsrewrite.simplify(cnn(80), validate=False)
+    record = gsrewrite.report_data(result)
+    assert [g.count for g in record.groups] == [1, 79]
+    big = record.groups[1]
+    assert big.more and len(big.instances) + big.more == 79 and len(big.instances) < 79
+    html = render(record)
+    assert len(html) < 120_000 and html.count("<svg") == 4 + html.count("class='chart'")
