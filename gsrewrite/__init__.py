@@ -38,6 +38,8 @@ _LAZY = {
     "bench": "gsrewrite.pipelines.bench",
     "profile": "gsrewrite.profiling.analysis",
     "plan_memory": "gsrewrite.profiling.analysis",
+    "write_report": "gsrewrite.pipelines.reported",
+    "report_data": "gsrewrite.pipelines.reported",
 }
 
 __all__ = ["__version__", *_LAZY]

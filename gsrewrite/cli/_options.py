@@ -29,6 +29,10 @@ opset_option = click.option("--opset", type=click.IntRange(min=1), default=None,
 explain_option = click.option("--explain", is_flag=True,
                               help="Also report, per pattern, the deepest near miss and why.")
 in_place_option = click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
+report_option = click.option(
+    "--report", "report", default=None, metavar="FILE.html",
+    help="Also write an HTML report (one self-contained file): each rewritten region drawn before and after, why "
+         "patterns did not fire, what it bought (counts, size, MACs, memory, validation).")
 inputs_option = click.option("--inputs", "inputs", default=None, metavar="FILE.npz",
                              help="Input arrays (keys = input names) instead of generated inputs.")
 #: ``--input-shape`` (repeatable), one grammar for every command (:mod:`gsrewrite.graph.input_shapes`): the command

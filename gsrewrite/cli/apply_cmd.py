@@ -12,11 +12,12 @@ from gsrewrite.cli._options import (
     in_place_option,
     json_option,
     pattern_options,
+    report_option,
     validate_option,
     validation_options,
 )
 from gsrewrite.cli._output import working
-from gsrewrite.cli._report import show_result
+from gsrewrite.cli._report import check_report, show_result
 
 
 @click.command()
@@ -26,22 +27,27 @@ from gsrewrite.cli._report import show_result
 @explain_option
 @in_place_option
 @validation_options
+@report_option
 @json_option
 def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_files: tuple[str, ...],
           opset: int | None, target: str, device: str, contracts: tuple[str, ...], validate: bool, explain: bool,
-          in_place: bool, validation: Any, as_json: bool, **io: Any) -> None:
+          in_place: bool, validation: Any, report: str | None, as_json: bool, **io: Any) -> None:
     """Rewrite MODEL with the selected patterns and write the validated result to OUTPUT.
 
     gsrewrite apply --pattern mha in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx).
     """
+    check_report(report, jobs_, read=[("--inputs", validation.inputs if isinstance(validation.inputs, str) else None),
+                                      *(("--pattern-file", path) for path in pattern_files)])
     settings = {"target": target, "device": device, "validate": validation if validate else False,
-                "pattern_files": pattern_files, "explain": explain, "opset": opset, "contracts": contracts}
+                "pattern_files": pattern_files, "explain": explain or report is not None, "opset": opset,
+                "contracts": contracts}
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
             result = _run(job.model, patterns, settings)
             size = output.save(result.model, result.serialized, result.weights_dir)
-        show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size)
+        show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size,
+                    report=report)
 
     run_jobs(jobs_, workers, one, as_json)
 

@@ -7,9 +7,9 @@ from typing import Any
 import click
 
 from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
-from gsrewrite.cli._options import criterion_options, inputs_option, json_option, validate_option
+from gsrewrite.cli._options import criterion_options, inputs_option, json_option, report_option, validate_option
 from gsrewrite.cli._output import console, table
-from gsrewrite.cli._report import emit, show
+from gsrewrite.cli._report import check_report, emit, show, write_html, wrote_report
 
 
 def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -55,9 +55,10 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
               help="Latency before/after: interleaved onnxruntime runs (0: skip).")
 @click.option("--allow-slower", is_flag=True, help="Write the result even when it was measured more than 1.1x slower "
               "than MODEL (by default nothing is written then, exit code 1).")
+@report_option
 @json_option
 def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, validate: bool, bench_runs: int,
-             allow_slower: bool, criterion: dict[str, Any], as_json: bool, **kwargs: Any) -> None:
+             allow_slower: bool, criterion: dict[str, Any], report: str | None, as_json: bool, **kwargs: Any) -> None:
     """Compress MODEL with a strategy and write it to OUTPUT (default MODEL_STEM.opt.onnx), after checking its
     outputs against the uncompressed model with the strategy's tolerance (cosine similarity of float outputs,
     agreement of integer/bool outputs, top-1 of class scores; NaN/inf where the original is finite fails).
@@ -68,6 +69,7 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
     gsrewrite compress model.onnx small.onnx --strategy int4 --block-size 32"""
     io = {k: kwargs.pop(k) for k in ("force", "external_data", "size_threshold", "verbosity")}
     options = _strategy_options(kwargs)
+    check_report(report, jobs_, read=[("--inputs", inputs), ("--calibration", options.get("calibration"))])
 
     def one(job: Job) -> None:
         from gsrewrite.cli._output import working
@@ -79,10 +81,13 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
                 result = run(Source.mapped(job.model), strategy, validate=validate, inputs=inputs,
                              bench_runs=bench_runs, allow_slower=allow_slower, **criterion, **options)
             size = output.save(result.model, weights_dir=result.weights_dir)
+        page = write_html(result, report, model=job.model, output=job.output, command="compress",
+                          size_before=result.file_bytes[0], size_after=size)
         if as_json:
-            emit(result.to_dict(), job.output, result.file_bytes[0], size)
+            emit(result.to_dict(), job.output, result.file_bytes[0], size, report)
             return
         show(result.report_blocks(), job.output, size, io["verbosity"])
+        wrote_report(report, page)
 
     run_jobs(jobs_, workers, one, as_json)
 

@@ -17,12 +17,13 @@ from gsrewrite.cli._options import (
     json_option,
     opset_option,
     patterns_option,
+    report_option,
     target_option,
     validate_option,
     validation_options,
 )
 from gsrewrite.cli._output import working
-from gsrewrite.cli._report import show_result
+from gsrewrite.cli._report import check_report, show_result
 
 
 @click.command()
@@ -43,10 +44,12 @@ from gsrewrite.cli._report import show_result
                    "the strategy's tolerance (or the values given below).")
 @criterion_options("optimize")
 @validation_options
+@report_option
 @json_option
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
              opset: int | None, contracts: tuple[str, ...], no_simplify: bool, validate: bool, explain: bool,
              in_place: bool, tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any,
+             report: str | None,
              as_json: bool, **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
@@ -61,17 +64,20 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     if criterion and compress_with is None:  # a tolerance nothing would use: say so rather than ignore it
         raise UsageError(f"--{next(iter(criterion)).replace('_', '-')} is a tolerance of --compress: give "
                          "--compress STRATEGY too")
+    check_report(report, jobs_, read=[("--inputs", validation.inputs if isinstance(validation.inputs, str) else None)])
     compression = None if compress_with is None else CompressOptions(compress_with, **criterion)
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
-                "compress": compression, "rewrite": RewriteOptions(opset=opset, explain=explain,
-                                                         contracts=check_contracts(contracts))}
+                "compress": compression,
+                "rewrite": RewriteOptions(opset=opset, explain=explain or report is not None,
+                                          contracts=check_contracts(contracts))}
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
             with working(f"optimizing {job.model}..."):
                 result = run(Source.mapped(job.model), **settings)
             size = output.save(result.model, result.serialized, result.weights_dir)
-        show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size)
+        show_result(result, job.model, as_json, io["verbosity"], explain=explain, wrote=job.output, size_after=size,
+                    report=report)
 
     run_jobs(jobs_, workers, one, as_json)

@@ -8,9 +8,15 @@ from typing import Any
 import click
 
 from gsrewrite.cli._jobs import Job, io_options, run_jobs, staged_save
-from gsrewrite.cli._options import in_place_option, json_option, validate_option, validation_options
+from gsrewrite.cli._options import (
+    in_place_option,
+    json_option,
+    report_option,
+    validate_option,
+    validation_options,
+)
 from gsrewrite.cli._output import console, working
-from gsrewrite.cli._report import emit, show
+from gsrewrite.cli._report import check_report, emit, show, write_html, wrote_report
 
 _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, without importing the engine
 
@@ -31,10 +37,11 @@ _DEFAULT_MAX_FOLD_BYTES = 1 << 20  # gsrewrite.graph.fold.DEFAULT_MAX_BYTES, wit
 @validate_option("Compare the result with the original in onnxruntime (a pass that breaks it is dropped).")
 @in_place_option
 @validation_options
+@report_option
 @json_option
 def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[str, ...], max_fold_bytes: int,
              downcast: bool, keep_metadata: bool, constants: tuple[str, ...], ops: tuple[str, ...], validate: bool,
-             in_place: bool, validation: Any, as_json: bool, **io: Any) -> None:
+             in_place: bool, validation: Any, report: str | None, as_json: bool, **io: Any) -> None:
     """Simplify MODEL (folding, elimination, shape folding, deduplication) and write it to OUTPUT.
 
     gsrewrite simplify in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx). --input-shape NAME:1x128
@@ -42,12 +49,16 @@ def simplify(jobs_: list[Job], workers: int, only: tuple[str, ...], skip: tuple[
     """
     from gsrewrite.pipelines import SimplifyLimits
 
+    extracted = [(f"--extract {path.name}", str(path)) for path in _extraction_paths(constants, ops, jobs_[0].output)] \
+        if report is not None and len(jobs_) == 1 else []
+    check_report(report, jobs_, extracted,
+                 read=[("--inputs", validation.inputs if isinstance(validation.inputs, str) else None)])
     settings = {"only": list(only) or None, "skip": list(skip), "limits": SimplifyLimits(max_fold_bytes=max_fold_bytes),
                 "input_shapes": validation.input_shapes, "downcast": downcast,
                 "validate": validation if validate else False, "keep_metadata": keep_metadata}
 
     def one(job: Job) -> None:
-        _simplify_one(job, settings, (constants, ops), in_place, as_json, io)
+        _simplify_one(job, settings, (constants, ops), in_place, as_json, io | {"report": report})
 
     run_jobs(jobs_, workers, one, as_json)
 
@@ -71,7 +82,9 @@ def _simplify_one(job: Job, settings: dict[str, Any], extract: tuple[tuple[str, 
     result.note_size(result.model, size)
     with weights_from(result.weights_dir):
         written = [_write(path, payload, job.model) for path, payload in extracted]
-    _report(result, job.output, size, written, as_json, io["verbosity"])
+    page = write_html(result, io["report"], model=job.model, output=job.output, command="simplify",
+                      size_before=result.before.size, size_after=size)
+    _report(result, job.output, size, written, as_json, io["verbosity"], (io["report"], page))
 
 
 def _extraction_paths(constants: tuple[str, ...], ops: tuple[str, ...], output: str) -> list[Path]:
@@ -120,11 +133,13 @@ def _write(path: Path, payload: Any, input_path: str) -> str:
     return str(path)
 
 
-def _report(result: Any, output: str, size: int, written: list[str], as_json: bool, verbosity: int) -> None:
+def _report(result: Any, output: str, size: int, written: list[str], as_json: bool, verbosity: int,
+            page: tuple[str | None, int | None]) -> None:
     if as_json:
-        emit(result.to_dict() | {"extracted": written}, output, result.before.size, size)
+        emit(result.to_dict() | {"extracted": written}, output, result.before.size, size, page[0])
         return
     show(result.report_blocks(verbose=verbosity > 0), output, size, verbosity)
     if verbosity >= 0:
         for path in written:
             console().print(f"Wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    wrote_report(*page)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from gsrewrite.engine.tracing import Tracer
 from gsrewrite.graph.core import NameSource, cleanup, made_values, toposort
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.protocols import PassResult as PassResult  # the one pass result (re-exported for the engine's users)
+from gsrewrite.report.collect import Regions
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,9 @@ MAX_SWEEPS = 8
 
 @dataclass
 class MatchRecord:
-    """One applied rewrite, as reported by ``--json``."""
+    """One applied rewrite, as reported by ``--json``; ``region``: what was matched and what replaced it, as data
+    (a :class:`~gsrewrite.report.record.Region`, shared by the rewrites of equal structure; ``--json`` gives its
+    signature)."""
 
     pattern: str
     variant: str
@@ -43,9 +46,11 @@ class MatchRecord:
     added: list[str]
     replaced_ops: list[str]
     added_ops: list[str]
+    region: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        data = {k: v for k, v in self.__dict__.items() if k != "region"}
+        return data | {"region": self.region.signature if self.region is not None else None}
 
 
 class RewritePass:
@@ -66,6 +71,7 @@ class RewritePass:
         result = PassResult(graph, False)
         usable = self._compile(int(graph.opset), result.skipped)
         names = NameSource(graph)
+        regions = Regions(graph)
         added: set[int] = set()
         for _sweep in range(self.max_sweeps):
             tracer = Tracer() if self.explain else None
@@ -73,7 +79,7 @@ class RewritePass:
             result.tracer = tracer
             if not matches:
                 break
-            added.update(self._replace(graph, matches, result, names))
+            added.update(self._replace(graph, matches, result, names, regions))
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
         if result.modified:
@@ -149,9 +155,10 @@ class RewritePass:
                 return False
         return True
 
-    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult,
-                 names: NameSource) -> set[int]:
-        """Replace every match; returns the ids of the nodes added."""
+    def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult, names: NameSource,
+                 regions: Regions) -> set[int]:
+        """Replace every match (taken down as a region first, for the report); returns the ids of the nodes
+        added."""
         removed: set[int] = set()
         new: set[int] = set()
         for match in matches:
@@ -159,12 +166,14 @@ class RewritePass:
             gone = match.removed_nodes()
             old = [(n.name, n.op) for n in gone]
             removed.update(id(n) for n in gone)
+            before = regions.before(gone)
             added = replace_match(graph, match, names)
             new.update(id(n) for n in added)
             result.counts[match.pattern.name] += 1
             result.records.append(MatchRecord(
                 match.pattern.name, match.variant.label, [n for n, _ in old], [n.name for n in added],
                 [op for _, op in old], [n.op for n in added],
+                regions.region(match.pattern.name, match.variant.label, before, added),
             ))
         graph.nodes = [n for n in graph.nodes if id(n) not in removed]
         result.modified = True

@@ -55,6 +55,8 @@ class RewriteResult:
     skipped: dict[str, str] = field(default_factory=dict)
     near_misses: dict[str, NearMiss] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)
+    #: whether near misses were recorded (``explain``): ``near_misses`` and ``attempts`` then say why not
+    explained: bool = False
     dropped: dict[str, str] = field(default_factory=dict)
     validation: Any = None
     before: dict[str, int] = field(default_factory=dict)
@@ -67,6 +69,8 @@ class RewriteResult:
     serialized: bytes | None = field(default=None, repr=False)
     #: changes per cleanup pass made before the patterns (``optimize``)
     passes: dict[str, int] = field(default_factory=dict)
+    #: the rewrites of the cleanup's pattern passes (``fuse-conv-bn``, ...), with their regions (``optimize``)
+    pass_records: list[MatchRecord] = field(default_factory=list)
     #: the model the result is compared with (what the report's "before" column describes)
     original: onnx.ModelProto | None = field(default=None, repr=False)
     #: ``optimize(tune=True)``: the candidates timed and the one kept (a :class:`~gsrewrite.pipelines.tune.TuneResult`)
@@ -302,6 +306,7 @@ def _result(original: onnx.ModelProto, out: onnx.ModelProto, run: PassResult,
         skipped=dict(run.skipped), before=op_histogram(original), patterns=[p.name for p in selected],
     )
     if run.tracer is not None:
+        result.explained = True
         result.near_misses = dict(run.tracer.best)
         result.attempts = dict(run.tracer.attempts)
     return result

@@ -99,8 +99,8 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     if overlapping is not None and simplify and likely_to_change(original):
         overlapping.start()  # at once: overlaps all of the cleanup
     try:
-        working, passes, graph = _simplified(original, overlapping.start if overlapping is not None else None) \
-            if simplify else (original, {}, None)
+        working, passes, graph, records = _simplified(original, overlapping.start if overlapping is not None
+                                                      else None) if simplify else (original, {}, None, [])
         # the cleanup's graph goes to the fusion pass as it is (no import of ``working`` again); ``working`` is
         # what bisection rebuilds from and what comes back when no fusion applies
         result = rewrite(source.derived(working), fusions, validation,
@@ -110,19 +110,21 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
             pending.join()
         raise
     if result.model is not original:  # the cleanup's changes are in the result (none when it fell back)
-        result.passes = passes
+        result.passes, result.pass_records = passes, records
     return result
 
 
 def _simplified(model: onnx.ModelProto, on_change: Callable[[], None] | None
-                ) -> tuple[onnx.ModelProto, dict[str, int], Any]:
-    """The simplified model (``model`` itself when no pass changed anything), the changes per pass and the
-    simplified graph (None with the model itself); not validated here (optimize validates its end result)."""
+                ) -> tuple[onnx.ModelProto, dict[str, int], Any, list[Any]]:
+    """The simplified model (``model`` itself when no pass changed anything), the changes per pass, the
+    simplified graph (None with the model itself) and the pattern passes' match records; not validated here
+    (optimize validates its end result)."""
     from gsrewrite.validation.runner import unvalidated_inner_step
 
     with unvalidated_inner_step():
         result = run_passes(model, Settings(), on_change=on_change)
-    return (result.model, dict(result.counts), result.graph) if result.changed else (model, {}, None)
+    return (result.model, dict(result.counts), result.graph, result.records) if result.changed \
+        else (model, {}, None, [])
 
 
 def _only(fusions: Fusions, names: list[str]) -> Fusions:
@@ -150,8 +152,8 @@ def _tune(result: RewriteResult, original: onnx.ModelProto, patterns: Sequence[s
         return
     kept = built.get(id(tuned.model))
     result.model, result.serialized = tuned.model, None
-    result.counts, result.records, result.passes = (dict(kept.counts), kept.records, kept.passes) if kept \
-        else ({}, [], {})
+    result.counts, result.records, result.passes, result.pass_records = \
+        (dict(kept.counts), kept.records, kept.passes, kept.pass_records) if kept else ({}, [], {}, [])
     if validation is not None and tuned.model is not original:
         from gsrewrite.errors import ValidationError
         from gsrewrite.validation import validate

@@ -34,8 +34,9 @@ from gsrewrite.stages import stage, weights
 
 log = logging.getLogger(__name__)
 
-#: What one build of the passes reports besides the model: (changes per pass, rounds run)
-Changes = tuple[dict[str, int], int]
+#: What one build of the passes reports besides the model: (changes per pass, rounds run, the pattern passes' match
+#: records)
+Changes = tuple[dict[str, int], int, list[Any]]
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ def _simplified(original: onnx.ModelProto, settings: Settings, passes: list[Grap
     if not changed and out.ByteSize() >= original.ByteSize():
         out = original  # no pass changed anything and the export alone (dropped metadata) is no smaller
     result = SimplifyResult(out, changed, counts, [p.name for p in passes], run.original, rounds)
+    result.records = run.records if out is not original else []
     result.skipped_folds = skipped_folds(passes)
     result.graph = run.graph if out is not original else None
     run.graph = None
@@ -166,6 +168,8 @@ class _Run:
     on_change: Callable[[], None] | None = None
     #: the graph the last run exported (typed): handed to the fusion pass by optimize
     graph: gs.Graph | None = None
+    #: the match records of the last run's pattern passes (their regions: the report's)
+    records: list[Any] = field(default_factory=list)
 
     def __call__(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         """The exported model (always re-exported: see docs/simplify.md), changes per pass, rounds run."""
@@ -174,12 +178,13 @@ class _Run:
     def candidate(self, passes: Sequence[GraphPass]) -> Candidate[Changes]:
         """The run with ``passes`` as a bisection candidate."""
         model, counts, rounds = self(passes)
-        return Candidate(model, bool(counts), (counts, rounds))
+        return Candidate(model, bool(counts), (counts, rounds, self.records))
 
     def _simplified(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         working = with_input_shapes(self.original, self.input_shapes)
         graph, constant_nodes = import_graph(working, self.on_change)
-        graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds, self.on_change)
+        self.records = []
+        graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds, self.on_change, self.records)
         if constant_nodes:
             counts[CONSTANT_NODES] = counts.get(CONSTANT_NODES, 0) + constant_nodes
         if not is_sorted(graph):
@@ -222,14 +227,15 @@ def _validation_options(options: Mapping[str, Any] | None, input_shapes: ShapeSp
 
 
 def _validate(result: SimplifyResult, run: _Run, passes: list[GraphPass], checker: Checker) -> None:
-    first = Candidate(result.model, True, (result.counts, result.rounds))
+    first = Candidate(result.model, True, (result.counts, result.rounds, result.records))
     active = [p for p in passes if result.counts.get(p.name)]
     outcome = validate_and_bisect(first, active, run.candidate, checker, name=lambda p: p.name, kind="pass")
     report = outcome.report
-    result.model, result.counts = outcome.candidate.model, outcome.candidate.detail[0]
+    result.model, result.counts, result.records = (outcome.candidate.model, outcome.candidate.detail[0],
+                                                   outcome.candidate.detail[2])
     result.validation, result.dropped = report, outcome.dropped
     result.serialized = checker.serialized(result.model) if report.ok else None
     if not report.ok:
         log.warning("the simplified model does not agree with the original (%s): keeping the original",
                     report.summary())
-        result.model, result.counts, result.changed = run.original, {}, False
+        result.model, result.counts, result.changed, result.records = run.original, {}, False, []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import onnx_graphsurgeon as gs
 
@@ -28,11 +29,13 @@ CONSTANT_NODES = "constant-nodes"
 
 
 def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds: int = MAX_ROUNDS,
-                       on_change: Callable[[], None] | None = None) -> tuple[gs.Graph, Counter, int]:
+                       on_change: Callable[[], None] | None = None,
+                       records: list[Any] | None = None) -> tuple[gs.Graph, Counter, int]:
     """Run ``passes`` until a round changes nothing; returns the graph, changes per pass, and rounds run.
 
     A pass that found nothing to do is not run again until another pass has changed the graph.
-    ``on_change`` is called after every pass that changed something.
+    ``on_change`` is called after every pass that changed something. ``records`` receives the rewrites the passes
+    list (the pattern passes' match records, for the report).
     """
     nested = any(True for _ in _subgraphs(graph))  # passes never create subgraphs: look once
     counts: Counter = Counter()
@@ -49,7 +52,7 @@ def run_to_fixed_point(graph: gs.Graph, passes: Sequence[GraphPass], max_rounds:
         for pass_ in passes:
             if clean.get(id(pass_)) == version:
                 continue
-            graph, changes = _run_everywhere(graph, pass_) if nested else _run_once(graph, pass_)
+            graph, changes = _run_everywhere(graph, pass_, records) if nested else _run_once(graph, pass_, records)
             if changes:
                 counts[pass_.name] += changes
                 version, changed = version + 1, True
@@ -70,18 +73,18 @@ def _constants_from_nodes(graph: gs.Graph) -> int:
     return before - len(graph.nodes)
 
 
-def _run_everywhere(graph: gs.Graph, pass_: GraphPass) -> tuple[gs.Graph, int]:
+def _run_everywhere(graph: gs.Graph, pass_: GraphPass, records: list[Any] | None) -> tuple[gs.Graph, int]:
     total = 0
-    graph, total = _run_once(graph, pass_)
+    graph, total = _run_once(graph, pass_, records)
     for owner, attr, index, sub in _subgraphs(graph):
-        new, changes = _run_once(sub, pass_)
+        new, changes = _run_once(sub, pass_, records)
         total += changes
         if new is not sub:
             _put_back(owner, attr, index, new)
     return graph, total
 
 
-def _run_once(graph: gs.Graph, pass_: GraphPass) -> tuple[gs.Graph, int]:
+def _run_once(graph: gs.Graph, pass_: GraphPass, records: list[Any] | None = None) -> tuple[gs.Graph, int]:
     try:
         outcome = pass_.run(graph)
     except Exception as exc:
@@ -91,6 +94,8 @@ def _run_once(graph: gs.Graph, pass_: GraphPass) -> tuple[gs.Graph, int]:
                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
     if not outcome.modified:
         return outcome.graph, 0
+    if records is not None:
+        records.extend(getattr(outcome, "records", None) or ())
     return outcome.graph, max(int(getattr(outcome, "changes", 1) or 1), 1)
 
 

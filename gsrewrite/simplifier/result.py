@@ -57,6 +57,8 @@ class SimplifyResult:
     dropped: dict[str, str] = field(default_factory=dict)
     #: nodes constant folding left alone because of the size or work limits: node name -> reason
     skipped_folds: dict[str, str] = field(default_factory=dict)
+    #: the rewrites of the pattern passes (``fuse-conv-bn``, ...): match records with their regions (the report's)
+    records: list[Any] = field(default_factory=list)
     seconds: float = 0.0
     #: ``model`` serialized, when validation serialized it (``save_model(..., serialized=)`` writes these bytes)
     serialized: bytes | None = field(default=None, repr=False)
