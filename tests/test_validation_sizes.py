@@ -67,7 +67,7 @@ def test_a_rewrite_wrong_only_past_position_20_is_caught_in_the_long_set():
     assert [s["name"] for s in report.sizes] == ["sample", "small", "long"]
     assert report.sizes[2]["shapes"]["x"] == [2, 64, 4]
     assert report.outputs[0].failed_sets == ("long",)
-    assert "in the long set (x 2x64x4)" in report.summary()
+    assert "in the long set [long set: x 2x64x4]" in report.summary()
     assert {c.size_set for c in report.per_run if not c.ok} == {"long"}
 
 

@@ -66,9 +66,12 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
 
 
 def _run(model: str, patterns: tuple[str, ...], settings: dict[str, Any]) -> Any:
-    from gsrewrite.pipelines import apply
-    from gsrewrite.pipelines.options import Source
+    from gsrewrite.pipelines.apply import Fusions, apply_fusions
+    from gsrewrite.pipelines.options import RewriteOptions, Source
 
     names = list(patterns) or ([] if settings["pattern_files"] else ["all"])
+    options = RewriteOptions(tuple(settings["pattern_files"]), settings["opset"], settings["explain"],
+                             contracts=tuple(settings["contracts"]))
     with working(f"rewriting {model}..."):
-        return apply(Source.mapped(model), names, **settings)
+        return apply_fusions(Source.mapped(model), Fusions(tuple(names), settings["target"], settings["device"],
+                                                           options), settings["validate"])

@@ -9,6 +9,7 @@ returned silently.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -136,7 +137,6 @@ def apply(
     explain: bool = False,
     opset: int | None = None,
     registry: PatternRegistry | None = None,
-    contracts: Sequence[str] = (),
 ) -> RewriteResult:
     """Rewrite ``model`` with the named patterns (``all``, family names, pattern names) for ``target``.
 
@@ -146,12 +146,18 @@ def apply(
     ``validate`` (default ``True``; a :class:`~gsrewrite.pipelines.ValidationOptions` sets inputs, shapes,
     tolerances ...) the result is compared with the original in onnxruntime; a pattern whose rewrites fail (or
     that onnxruntime cannot load) is dropped (``result.dropped`` says why). If nothing can be made to agree,
-    the result is the original itself. A model given by path is compared with that file as it is. ``contracts``:
-    the input contracts (:mod:`gsrewrite.contracts`) the user accepts for faster fused ops; patterns that narrow
-    the model to another one are skipped, and those kept are stated in ``result.contracts`` and the model.
+    the result is the original itself. A model given by path is compared with that file as it is. Input contracts
+    (narrower inputs for faster fused ops, :mod:`gsrewrite.contracts`) are :class:`RewriteOptions`'
+    ``contracts``: :func:`apply_fusions` or ``optimize(rewrite=...)`` take them.
     """
-    fusions = Fusions(tuple(patterns), target, device,
-                      RewriteOptions(tuple(pattern_files), opset, explain, registry, check_contracts(contracts)))
+    fusions = Fusions(tuple(patterns), target, device, RewriteOptions(tuple(pattern_files), opset, explain, registry))
+    return apply_fusions(model, fusions, validate)
+
+
+def apply_fusions(model: ModelArg, fusions: Fusions, validate: ValidateArg = True) -> RewriteResult:
+    """:func:`apply` with its settings as one :class:`Fusions` (``fusions.options.contracts`` included)."""
+    fusions = dataclasses.replace(fusions, options=dataclasses.replace(
+        fusions.options, contracts=check_contracts(fusions.options.contracts)))
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))

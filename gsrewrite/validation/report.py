@@ -306,7 +306,7 @@ def describe_failures(o: OutputComparison, criterion: Criterion | None) -> str:
     for metric in o.failed:
         if metric == NON_FINITE:
             texts.append(o.nonfinite_text())
-        elif metric == ELEMENTS and o.noise_max_abs is not None:
+        elif metric == ELEMENTS and o.noise_max_abs is not None and rule.noise_atol(o.noise_max_abs) > rule.atol:
             texts.append(f"max abs {_num(o.max_abs_outside_rtol, '.3g')} outside rtol, over "
                          f"{rule.noise_atol(o.noise_max_abs):.3g} ({rule.noise_factor:g}x the model's own noise "
                          f"{o.noise_max_abs:.3g})")
@@ -335,12 +335,13 @@ def _noise_text(o: OutputComparison) -> str:
     return f", its own noise {o.noise_max_abs:.3g}" if o.noise_max_abs else ""
 
 
-def grouped_shapes(shapes: Mapping[str, Sequence[int]]) -> str:
-    """``input_ids 2x1, past_key_values.*.key 2x3x16x64 (x30)``: input shapes, the inputs whose names differ
-    only in their numbers and share a shape written once."""
+def grouped_shapes(shapes: Mapping[str, Sequence[int] | str]) -> str:
+    """``input_ids 2x1, past_key_values.*.key 2x3x16x64 (x30)``: input shapes (or descriptions such as
+    ``float32[2, 8]``), the inputs whose names differ only in their numbers and share one written once."""
     groups: dict[tuple[str, str], list[str]] = {}
     for name, shape in shapes.items():
-        groups.setdefault((re.sub(r"\d+", "*", name), _shape_text(shape)), []).append(name)
+        text = shape if isinstance(shape, str) else _shape_text(shape)
+        groups.setdefault((re.sub(r"\d+", "*", name), text), []).append(name)
     return ", ".join(f"{names[0] if len(names) == 1 else pattern} {shape}" + (f" (x{len(names)})" if len(names) > 1
                                                                             else "")
                      for (pattern, shape), names in groups.items())

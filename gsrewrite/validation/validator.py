@@ -355,7 +355,7 @@ def _run(session: Session, feed: dict[str, np.ndarray], described: dict[str, dic
             names = ", ".join(f"'{n}' ({described[n]['dtype']}{described[n]['shape']})" for n in deciding)
             raise ValidationError(f"{exc}: input {names} decides control flow (an If or Loop) and was generated at "
                                   "random; give real values with --inputs FILE.npz (keys = input names)") from None
-        shapes = grouped_shapes({name: d["shape"] for name, d in described.items()})
+        shapes = grouped_shapes({name: f"{d['dtype']}{d['shape']}" for name, d in described.items()})
         raise ValidationError(f"{exc} (generated inputs: {shapes}; set shapes with --input-shape)") from None
 
 
