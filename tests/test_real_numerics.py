@@ -15,7 +15,7 @@ import gsrewrite
 from gsrewrite.validation import Validator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
-import real  # noqa: E402
+import real
 
 
 @pytest.fixture(scope="module", params=real.FLAVORS)
