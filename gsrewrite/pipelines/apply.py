@@ -20,8 +20,8 @@ from typing import Any
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.contracts import CONTRACTS, METADATA_KEY, check_contracts
-from gsrewrite.contracts import describe as describe_contracts
+from gsrewrite.contracts import CONTRACTS, check_contracts
+from gsrewrite.contracts import state as state_contracts
 from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.legalize import legalize
 from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
@@ -35,6 +35,7 @@ from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
+from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
 from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
@@ -149,8 +150,13 @@ def apply(
     fusions = Fusions(tuple(patterns), target, device,
                       RewriteOptions(tuple(pattern_files), opset, explain, registry, check_contracts(contracts)))
     source = Source.of(model)
+    check_decoder(source.model, fusions.options.contracts)  # KV-cache contracts of a model without a cache: refused
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))
+        if wanted(fusions.options.contracts):
+            apply_kv_contracts(result, source.model, fusions.options.contracts, None,
+                               with_contracts(validation_kwargs(validate), fusions.options))
+            result.after = op_histogram(result.model)
         inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.weights_dir = source.weights_dir
     return result
@@ -238,10 +244,7 @@ def _state_contracts(result: RewriteResult, selected: list[Pattern], target: str
     result.contracts = sorted({p.narrows[target] for p in selected if p.narrows.get(target) and
                                result.counts.get(p.name)})
     if result.contracts and result.changed:
-        props = [prop for prop in result.model.metadata_props if prop.key != METADATA_KEY]
-        del result.model.metadata_props[:]
-        result.model.metadata_props.extend(props)
-        result.model.metadata_props.add(key=METADATA_KEY, value=describe_contracts(result.contracts))
+        state_contracts(result.model, result.contracts)
         result.serialized = None  # the bytes validation made lack the statement
 
 
