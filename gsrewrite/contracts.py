@@ -1,7 +1,7 @@
 """Input contracts a user may narrow for a faster fused op: what the rewritten model then no longer accepts.
 
 A rewrite never narrows what the original accepts unless the user asked for that contract by name
-(``--contract NAME``, ``contracts=`` in the library); a pattern whose replacement
+(``--contract NAME``, ``contracts=`` in the library, implied by ``--target genai``); a pattern whose replacement
 narrows one says so (``narrows`` in its file) and is skipped otherwise, with the reason. When such a rewrite is
 kept, the contract is stated in the result (``contracts``, ``--json``), the report and the model's
 ``metadata_props`` (:data:`METADATA_KEY`), and validation tries only the inputs the contract keeps.
@@ -29,7 +29,8 @@ CONTRACTS = {
                      "quantized cache): a float cache is no longer accepted, and the outputs move within an "
                      "int8 tolerance (cosine, top-1) instead of float rounding",
 }
-
+#: the contracts ``--target genai`` implies: what onnxruntime-genai's generate loop lives with
+GENAI_CONTRACTS = ("batch1-chunks", "shared-kv-buffer")
 #: the ``metadata_props`` key that states the contracts a model was rewritten under
 METADATA_KEY = "gsrewrite.contracts"
 

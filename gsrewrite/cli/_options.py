@@ -16,6 +16,11 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
                              help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+#: optimize's: also ``genai``, a folder onnxruntime-genai's generate loop runs
+optimize_target_option = click.option(
+    "--target", type=click.Choice(["onnx", "ort", "genai"]), default="ort", show_default=True,
+    help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops; genai: a folder onnxruntime-genai runs "
+         "(ort's fusions under the contracts batch1-chunks and shared-kv-buffer; a decoder with a KV cache only).")
 device_option = click.option(
     "--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
     help="Where the model will run: patterns that pay off on the other kind only are skipped (on cpu, "

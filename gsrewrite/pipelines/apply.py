@@ -77,6 +77,8 @@ class RewriteResult:
     #: the input contracts the kept rewrites narrow the model to (:mod:`gsrewrite.contracts`; also in its
     #: ``metadata_props``): asked for by the user, empty otherwise
     contracts: list[str] = field(default_factory=list)
+    #: the ``genai_config.json`` written for the model (:func:`gsrewrite.save_genai`), once written
+    genai: dict[str, Any] | None = None
 
     def report(self, verbose: bool = False) -> str:
         """A readable report: changed ops, nodes, parameters and size before/after, changes per pass and
@@ -93,6 +95,8 @@ class RewriteResult:
         report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped, verdict=verdict,
                                 verbose=verbose)
         report.blocks += [f"Contract: {name}: the model now accepts {CONTRACTS[name]}" for name in self.contracts]
+        if self.genai is not None:
+            report.blocks.append(_genai_line(self.genai))
         for step in (self.tuned, self.compressed):
             if step is not None:
                 report.blocks += step.report_blocks().blocks
@@ -116,10 +120,21 @@ class RewriteResult:
             "contracts": {name: CONTRACTS[name] for name in self.contracts},
             "seconds": round(self.seconds, 4),
         }
+        if self.genai is not None:
+            data["genai_config"] = self.genai
         for key, step in (("tune", self.tuned), ("compress", self.compressed)):
             if step is not None:
                 data[key] = step.to_dict()
         return data
+
+
+def _genai_line(config: dict[str, Any]) -> str:
+    """The report's line on the ``genai_config.json`` written."""
+    search, model = config["search"], config["model"]
+    tokens = [f"{key[:-9]} {model[key]}" for key in ("bos_token_id", "eos_token_id", "pad_token_id") if key in model]
+    return (f"onnxruntime-genai: context {model['context_length']}, max length {search['max_length']}, past and "
+            f"present share one buffer: {'yes' if search['past_present_share_buffer'] else 'no'}, special tokens: "
+            f"{', '.join(tokens) or 'none (no --tokenizer)'}")
 
 
 def apply(
