@@ -9,7 +9,7 @@ with the reason; one that disagrees is dropped with the verdict.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import onnx
@@ -43,7 +43,9 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
                        validation: dict[str, Any] | None) -> None:
     """Make ``result`` (a :class:`~gsrewrite.pipelines.RewriteResult`) follow the KV-cache contracts asked for,
     each validated against ``original`` (``validation``: the keyword arguments of a
-    :class:`~gsrewrite.validation.Validator`, None: unvalidated); ``max_length``: the shared buffer's length."""
+    :class:`~gsrewrite.validation.Validator`, None: unvalidated); ``max_length``: the shared buffer's length. A
+    contract with several ways to make it (the int8 cache's room) keeps the first that validates; the others are
+    named in ``result.dropped``."""
     names = wanted(contracts)
     if not names:
         return
@@ -53,40 +55,58 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
     made: list[str] = []
     steps: list[CandidateInputs] = []
     for name in names:
-        made_now = _made(name, model, signature, original, max_length, seed)
-        if isinstance(made_now, str):
-            log.warning("contract %s not applied: %s", name, made_now)
-            result.skipped[name] = made_now
+        ways = _ways(name, model, signature, original, max_length, seed)
+        if isinstance(ways, str):
+            log.warning("contract %s not applied: %s", name, ways)
+            result.skipped[name] = ways
             continue
-        candidate, step = made_now
-        if validation is not None:
-            report = _validate(original, candidate, [*steps, step], validation, result.compressed)
-            if not report.ok:
-                log.warning("contract %s dropped: %s", name, report.summary())
-                result.dropped[name] = report.summary()
-                continue
-            result.validation = report
-        model, made = candidate, [*made, name]
-        steps.append(step)
+        for label, make in ways:
+            candidate, step = make()
+            if validation is not None:
+                report = _validate(original, candidate, [*steps, step], validation, result.compressed)
+                if not report.ok:
+                    log.warning("contract %s dropped: %s", label, report.summary())
+                    result.dropped[label] = report.summary()
+                    continue
+                log.info("contract %s validated: %s", label, step.describe())
+                result.validation = report
+            model, made = candidate, [*made, name]
+            steps.append(step)
+            break
     if made:
         result.model, result.serialized, result.changed = model, None, True
         result.contracts = sorted({*result.contracts, *made})
         state(result.model, result.contracts)
 
 
-def _made(name: str, model: onnx.ModelProto, signature: DecoderSignature, original: onnx.ModelProto,
-          max_length: int | None, seed: int) -> tuple[onnx.ModelProto, CandidateInputs] | str:
-    """``model`` under the contract ``name`` and how its validation feeds it; or why it cannot be made."""
+#: one way to make a contract: its label, and what makes the model and its validation's feed
+Way = tuple[str, Callable[[], tuple[onnx.ModelProto, "CandidateInputs"]]]
+
+
+def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, original: onnx.ModelProto,
+          max_length: int | None, seed: int) -> list[Way] | str:
+    """The ways to make ``model`` follow the contract ``name``, in the order tried; or why there is none."""
     from gsrewrite.pipelines.kv_buffer import share_kv_buffer
-    from gsrewrite.pipelines.kv_int8 import quantize_kv_cache
+    from gsrewrite.pipelines.kv_int8 import MARGINS, calibrate, quantize_kv_cache
     from gsrewrite.validation.candidate_inputs import PaddedCache, QuantizedCache
 
     if name == "shared-kv-buffer":
         shared = share_kv_buffer(model, signature)
-        return shared if isinstance(shared, str) else (shared, PaddedCache(signature.pairs, signature.input_ids,
-                                                                           max_length))
-    quantized = quantize_kv_cache(model, signature, original, seed)
-    return quantized if isinstance(quantized, str) else (quantized[0], QuantizedCache(signature.pairs, quantized[1]))
+        if isinstance(shared, str):
+            return shared
+        return [(name, lambda: (shared, PaddedCache(signature.pairs, signature.input_ids, max_length)))]
+    largest = calibrate(model, signature, original, seed)
+    if isinstance(largest, str):
+        return largest
+
+    def quantized(margin: float) -> Callable[[], tuple[onnx.ModelProto, CandidateInputs]]:
+        def make() -> tuple[onnx.ModelProto, CandidateInputs]:
+            out, scales = quantize_kv_cache(model, signature, largest, margin)
+            return out, QuantizedCache(signature.pairs, scales)
+
+        return make
+
+    return [(f"{name} ({margin:g}x room)", quantized(margin)) for margin in MARGINS]
 
 
 def _validate(original: onnx.ModelProto, candidate: onnx.ModelProto, steps: list[CandidateInputs],
