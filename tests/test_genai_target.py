@@ -139,10 +139,14 @@ def test_a_model_genai_cannot_run_is_refused_in_one_line(tmp_path: Path, model: 
     assert not (tmp_path / "out").exists()
 
 
-def test_genai_options_are_refused_for_other_targets(tmp_path: Path) -> None:
-    done = subprocess.run([str(GSREWRITE), "optimize", str(LLAMA), str(tmp_path / "out.onnx"), "--tokenizer",
-                           str(tmp_path)], capture_output=True, text=True, check=False)
-    assert done.returncode == 2 and "--tokenizer is an option of --target genai" in done.stderr, done.stderr
+@pytest.mark.parametrize(("option", "says"), [
+    (("--tokenizer", "."), "--tokenizer is an option of --target genai"),
+    (("--max-length", "64"), "--max-length is an option of --contract shared-kv-buffer and --target genai"),
+])
+def test_genai_options_are_refused_for_other_targets(tmp_path: Path, option: tuple[str, str], says: str) -> None:
+    done = subprocess.run([str(GSREWRITE), "optimize", str(LLAMA), str(tmp_path / "out.onnx"), *option],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
 
 
 def test_genai_config_is_read_from_the_graph() -> None:
@@ -156,3 +160,12 @@ def test_genai_config_is_read_from_the_graph() -> None:
     assert (decoder["num_hidden_layers"], decoder["num_key_value_heads"], decoder["head_size"]) == (4, 4, 8)
     assert decoder["hidden_size"] == 32 and decoder["num_attention_heads"] == 4
     assert genai_config(gpt2, (), GenaiOptions(context_length=64, max_length=32))["search"]["max_length"] == 32
+
+
+def test_genai_outputs_are_folders() -> None:
+    from gsrewrite.cli._jobs import plan_jobs
+
+    assert [j.output for j in plan_jobs(["a/m.onnx"], None, force=False, folders=True)] == ["a/m.genai"]
+    assert [j.output for j in plan_jobs(["a/m.onnx", "out"], None, force=False, folders=True)] == ["out"]
+    several = plan_jobs(["a/m.onnx", "b/n.onnx"], str(FIXTURES) + "/", force=False, folders=True)
+    assert [j.output for j in several] == [str(FIXTURES / "m"), str(FIXTURES / "n")]

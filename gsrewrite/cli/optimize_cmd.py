@@ -86,6 +86,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     for name, value in (("tokenizer", tokenizer), ("context-length", context_length)):
         if value is not None:
             raise UsageError(f"--{name} is an option of --target genai")
+    if max_length is not None and "shared-kv-buffer" not in contracts:
+        raise UsageError("--max-length is an option of --contract shared-kv-buffer and --target genai")
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
