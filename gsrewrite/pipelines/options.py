@@ -169,6 +169,9 @@ class RewriteOptions:
     registry: PatternRegistry | None = None
     #: input contracts the user accepts for faster fused ops (:mod:`gsrewrite.contracts`; none by default)
     contracts: Sequence[str] = ()
+    #: ``shared-kv-buffer``: the buffer's length (positions), what validation pads the past to; None: just
+    #: longer than each validation input needs
+    max_length: int | None = None
 
 
 #: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
+from gsrewrite.validation.candidate_inputs import CandidateInputs
 from gsrewrite.validation.class_scores import ClassAxis, class_axes
 from gsrewrite.validation.control import control_inputs
 from gsrewrite.validation.criteria import AGREEMENT, ELEMENTS, NOISE_FACTOR, Criterion
@@ -102,7 +103,7 @@ class Validator:
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
                  seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None,
                  criterion: Criterion | None = None, noise_factor: float = NOISE_FACTOR,
-                 contracts: Sequence[str] = ()) -> None:
+                 contracts: Sequence[str] = (), candidate_inputs: CandidateInputs | None = None) -> None:
         self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol,
                                                                            noise_factor=noise_factor)
         atol, rtol = self.criterion.atol, self.criterion.rtol
@@ -112,6 +113,7 @@ class Validator:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
         self.contracts = tuple(contracts)  # input contracts the user accepted: their inputs are not tried
+        self.candidate_inputs = candidate_inputs  # a contract's translation of the feed (None: the same feed)
         self._dims: InputDims | None = None
         self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
@@ -248,12 +250,16 @@ class Validator:
     def check(self, candidate: ModelArg) -> ValidationReport:
         """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
         model = resolve_model(candidate, "candidate")
-        check_same_inputs(self.specs, model_inputs(model.proto))
+        adapted = self.candidate_inputs
+        check_same_inputs(self.specs if adapted is None else adapted.specs(self.specs), model_inputs(model.proto))
         per_run: list[OutputComparison] = []
         with open_session(model, self.providers) as session:
             for input_set, expected in zip(self.sets, self.outputs, strict=True):
                 for run in range(self.runs):
-                    outputs = _run(session, input_set.feed(run), input_set.described)
+                    feed = input_set.feed(run)
+                    outputs = _run(session, feed if adapted is None else adapted.feed(feed), input_set.described)
+                    if adapted is not None:
+                        outputs = adapted.outputs(outputs, expected[run])
                     compared = compare_run(run, expected[run], outputs, self.atol, self.rtol,
                                            criterion=self.criterion, class_axes=self.class_axes)
                     self.kept.release(expected[run])
