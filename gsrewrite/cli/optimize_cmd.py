@@ -15,6 +15,7 @@ from gsrewrite.cli._options import (
     explain_option,
     in_place_option,
     json_option,
+    no_simplify_option,
     opset_option,
     patterns_option,
     report_option,
@@ -33,7 +34,7 @@ from gsrewrite.cli._report import check_report, show_result
 @patterns_option
 @opset_option
 @contract_option
-@click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
+@no_simplify_option
 @validate_option("Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @explain_option
 @in_place_option
