@@ -39,3 +39,12 @@ def test_t5_encoder_decoder_legacy14_is_fused_without_a_cycle(tmp_path: Path) ->
     _report, ops = optimize("t5.legacy14_dyn", tmp_path / "out.onnx")
     assert ops["Softmax"] == 0  # 2 encoder, 2 decoder self-, 2 cross-attention blocks
     assert ops["Attention"] + ops["MultiHeadAttention"] == 6, ops
+
+
+@pytest.mark.parametrize("variant", ["legacy14_kv", "dynamo_kv"])
+def test_gemma2_soft_capped_attention_is_fused_under_the_contract(variant: str, tmp_path: Path) -> None:
+    report, ops = optimize(f"gemma2.{variant}", tmp_path / "out.onnx", "--contract", "batch1-chunks")
+    assert report["counts"].get("gqa-past-softcap") == 2, report["counts"]
+    assert ops["GroupQueryAttention"] == 2 and ops["Tanh"] == 1  # the final logit soft-cap stays
+    report, ops = optimize(f"gemma2.{variant}", tmp_path / "plain.onnx")  # MultiHeadAttention has no softcap
+    assert ops["Softmax"] == 2 and "--contract batch1-chunks" in report["skipped"]["gqa-past-softcap"]

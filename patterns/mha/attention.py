@@ -147,6 +147,18 @@ def multi_query_repeats(match: Match) -> np.ndarray:
     return np.array([1, found[0], 1, 1], dtype=np.int64)
 
 
+@reads("cap", "cap2")
+def softcap_constants(match: Match) -> str | None:
+    """The soft-cap divides and multiplies by one positive finite value (``cap * tanh(s / cap)``)."""
+    values = [match.constant(name) for name in ("cap", "cap2")]
+    if any(v is None or v.size != 1 for v in values):
+        return "the soft-cap is not a single constant"
+    first, second = (float(np.asarray(v).reshape(-1)[0]) for v in values)
+    if not (np.isfinite(first) and first > 0) or first != second:
+        return f"the scores are divided by {first:g} and multiplied by {second:g}: not a soft-cap"
+    return None
+
+
 def _head_counts(match: Match) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | str:
     """(heads, head size) of Q, K and V from their shapes (K of rank 5: Hkv x rep heads), or why not known."""
     q = match.shape("q4")
@@ -290,6 +302,7 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "attention_heads_inputs": attention_heads_inputs,
     "attention_cache": attention_cache,
     "multi_query_inputs": multi_query_inputs,
+    "softcap_constants": softcap_constants,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_num_heads": attention_num_heads,
