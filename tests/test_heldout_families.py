@@ -48,3 +48,23 @@ def test_gemma2_soft_capped_attention_is_fused_under_the_contract(variant: str, 
     assert ops["GroupQueryAttention"] == 2 and ops["Tanh"] == 1  # the final logit soft-cap stays
     report, ops = optimize(f"gemma2.{variant}", tmp_path / "plain.onnx")  # MultiHeadAttention has no softcap
     assert ops["Softmax"] == 2 and "--contract batch1-chunks" in report["skipped"]["gqa-past-softcap"]
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+@pytest.mark.parametrize("variant", ["legacy14_kv", "dynamo_kv"])
+def test_a_sliding_window_is_never_fused_as_a_plain_causal_mask(variant: str, tmp_path: Path) -> None:
+    # Mistral's window of 4 keys stays in the additive bias: MultiHeadAttention without the contract,
+    # GroupQueryAttention (causal 0, the bias as attention_bias) with it; never unidirectional / causal alone
+    _, ops = optimize(f"mistral.{variant}", tmp_path / "plain.onnx")
+    assert ops["MultiHeadAttention"] == 2 and ops["Softmax"] == 0
+    for node in onnx.load(str(tmp_path / "plain.onnx")).graph.node:
+        if node.op_type == "MultiHeadAttention":
+            assert not _attrs(node).get("unidirectional") and len(node.input) > 5 and node.input[5]
+    _, ops = optimize(f"mistral.{variant}", tmp_path / "gqa.onnx", "--contract", "batch1-chunks")
+    assert ops["GroupQueryAttention"] == 2
+    for node in onnx.load(str(tmp_path / "gqa.onnx")).graph.node:
+        if node.op_type == "GroupQueryAttention":
+            assert _attrs(node).get("causal", 0) == 0 and len(node.input) > 10 and node.input[10]
