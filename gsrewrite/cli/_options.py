@@ -33,6 +33,7 @@ opset_option = click.option("--opset", type=click.IntRange(min=1), default=None,
                             help="Convert the model to this opset first (allows e.g. Gelu-20 with --target onnx).")
 explain_option = click.option("--explain", is_flag=True,
                               help="Also report, per pattern, the deepest near miss and why.")
+no_simplify_option = click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
 in_place_option = click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 report_option = click.option(
     "--report", "report", default=None, metavar="FILE.html",

@@ -17,6 +17,7 @@ from gsrewrite.cli._options import (
     explain_option,
     in_place_option,
     json_option,
+    no_simplify_option,
     opset_option,
     optimize_target_option,
     patterns_option,
@@ -44,7 +45,7 @@ from gsrewrite.cli._report import check_report, show_result
 @click.option("--context-length", type=click.IntRange(min=1), default=None, metavar="N",
               help="--target genai: the model's context length (default: its position tables, else the tokenizer "
                    "folder's config.json, else 4096).")
-@click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
+@no_simplify_option
 @validate_option("Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @explain_option
 @in_place_option

@@ -107,6 +107,28 @@ class RewriteResult:
                 report.blocks += step.report_blocks().blocks
         return report
 
+    def verdicts(self) -> dict[str, str]:
+        """Per pattern asked for, what became of it, as ``optimize`` decides: ``applied N`` (validated or not),
+        ``dropped: why`` (validation), ``skipped: why`` (device or contract policy, opset, target), or why it
+        did not match (the deepest near miss, a match the engine refused) when near misses were recorded."""
+        out: dict[str, str] = {}
+        for name in self.patterns:
+            count = self.counts.get(name, 0)
+            if name in self.skipped:
+                out[name] = f"skipped: {self.skipped[name]}"
+            elif name in self.dropped:
+                out[name] = f"dropped by validation: {self.dropped[name]}"
+            elif count:
+                checked = "validated" if self.validation is not None else "not validated (--validate runs it)"
+                out[name] = f"applied {count}, {checked}"
+            elif name in self.near_misses:
+                out[name] = f"no match: {self.near_misses[name].sentence()}"
+            elif self.explained and not self.attempts.get(name):
+                out[name] = "no match: no candidate node in the graph"
+            else:
+                out[name] = "no match"
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         data = {
             "changed": self.changed,
@@ -127,6 +149,8 @@ class RewriteResult:
         }
         if self.genai is not None:
             data["genai_config"] = self.genai
+        if self.explained:
+            data["verdicts"] = self.verdicts()
         for key, step in (("tune", self.tuned), ("compress", self.compressed)):
             if step is not None:
                 data[key] = step.to_dict()
@@ -211,6 +235,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     check_target(fusions.target)
     check_device(fusions.device)
     registry, selected = _select(options.registry, fusions.patterns, options.pattern_files)
+    named = [p.name for p in selected]  # every pattern asked for, those the policies skip too (explain lists them)
     selected, elsewhere = _for_device(selected, fusions.device)
     selected, narrowing = _within_contracts(selected, fusions.target, options.contracts)
     elsewhere.update(narrowing)
@@ -226,6 +251,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
                             graph if working is original else None)
     result = _result(original, out, run, selected)
     result.skipped.update(elsewhere)
+    result.patterns = named
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
