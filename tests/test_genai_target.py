@@ -140,8 +140,8 @@ def test_a_model_genai_cannot_run_is_refused_in_one_line(tmp_path: Path, model: 
 
 
 @pytest.mark.parametrize(("option", "says"), [
-    (("--tokenizer", "."), "--tokenizer is an option of --target genai"),
     (("--max-length", "64"), "--max-length is an option of --contract shared-kv-buffer and --target genai"),
+    (("--context-length", "64"), "--context-length is an option of --target genai"),
 ])
 def test_genai_options_are_refused_for_other_targets(tmp_path: Path, option: tuple[str, str], says: str) -> None:
     done = subprocess.run([str(GSREWRITE), "optimize", str(LLAMA), str(tmp_path / "out.onnx"), *option],

@@ -3,6 +3,7 @@ with the before/after table."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -40,8 +41,9 @@ from gsrewrite.cli._report import check_report, show_result
               help="shared-kv-buffer: the buffer's length (validation pads the past to it); --target genai: the "
                    "longest sequence generated (default: the context length).")
 @click.option("--tokenizer", default=None, metavar="DIR",
-              help="--target genai: copy this folder's tokenizer (tokenizer.json, as transformers saves it) into the "
-                   "output and take the special tokens from it.")
+              help="A tokenizer folder (tokenizer.json, as transformers saves it): validation feeds real text to the "
+                   "token-id inputs; --target genai also copies it into the output and takes the special tokens "
+                   "from it.")
 @click.option("--context-length", type=click.IntRange(min=1), default=None, metavar="N",
               help="--target genai: the model's context length (default: its position tables, else the tokenizer "
                    "folder's config.json, else 4096).")
@@ -79,6 +81,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                          "--compress STRATEGY too")
     check_report(report, jobs_, read=[("--inputs", validation.inputs if isinstance(validation.inputs, str) else None)])
     compression = None if compress_with is None else CompressOptions(compress_with, **criterion)
+    if tokenizer is not None:  # validation feeds real text to the token-id inputs
+        validation = dataclasses.replace(validation, tokenizer=tokenizer)
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
                 "compress": compression,
@@ -90,9 +94,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
         _genai_jobs(jobs_, workers, settings, GenaiRequest(tokenizer, context_length, max_length, explain), as_json,
                     io)
         return
-    for name, value in (("tokenizer", tokenizer), ("context-length", context_length)):
-        if value is not None:
-            raise UsageError(f"--{name} is an option of --target genai")
+    if context_length is not None:
+        raise UsageError("--context-length is an option of --target genai")
     if max_length is not None and "shared-kv-buffer" not in contracts:
         raise UsageError("--max-length is an option of --contract shared-kv-buffer and --target genai")
 

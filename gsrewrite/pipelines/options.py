@@ -125,6 +125,8 @@ class ValidationOptions:
     providers: Sequence[str] | None = None
     max_memory: int | str | None = None
     noise_factor: float = 8.0
+    #: a tokenizer folder (``tokenizer.json``): token-id inputs are real text (:mod:`gsrewrite.validation.text`)
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or self.seed < 0:  # checked before any work (numpy's rule)
