@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_decoder_inputs import decoder
 
 from gsrewrite.errors import UsageError
 from gsrewrite.validation import Validator
 from gsrewrite.validation.text import PASSAGES, text_tokens
-from test_decoder_inputs import decoder
 
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 tokenizers = pytest.importorskip("tokenizers", reason="real text needs the tokenizers package (dev extra)")
@@ -48,7 +48,7 @@ def test_token_ids_come_from_real_text(tmp_path: Path) -> None:
 
 
 def test_a_folder_without_a_tokenizer_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="no tokenizer.json"):
+    with pytest.raises(UsageError, match=r"no tokenizer\.json"):
         Validator(decoder(), tokenizer=str(tmp_path))
 
 
