@@ -12,7 +12,8 @@ import pytest
 
 from gsrewrite.contracts import METADATA_KEY
 from gsrewrite.errors import UsageError, ValidationError
-from gsrewrite.pipelines import RewriteOptions, apply, optimize
+from gsrewrite.pipelines import RewriteOptions, optimize
+from gsrewrite.pipelines.apply import Fusions, apply_fusions
 from gsrewrite.pipelines.decoder_signature import decoder_signature
 from gsrewrite.validation.candidate_inputs import PaddedCache, QuantizedCache
 from gsrewrite.validation.validator import Validator
@@ -81,7 +82,7 @@ def test_candidate_inputs_translate_a_feed_and_back() -> None:
 ])
 def test_a_contract_without_a_fused_cache_is_skipped_with_the_reason(model: str, contracts: tuple[str, ...],
                                                                        reason: str) -> None:
-    result = apply(str(FIXTURES / model), contracts=contracts)
+    result = apply_fusions(str(FIXTURES / model), Fusions(("all",), options=RewriteOptions(contracts=contracts)))
     assert result.contracts == [] and not result.dropped
     assert all(reason in result.skipped[name] for name in contracts), result.skipped
 

@@ -78,7 +78,8 @@ def decoder_signature(model: onnx.ModelProto, what: str = "a KV-cache option") -
     kv_heads, head_size = _cache_shape(by_name[layers[0].past_key], what)
     ids = _token_ids(specs, plan.new, plan.positions, plan.mask, what)
     logits, vocab = _logits(model, set(plan.pairs.values()), what)
-    rows = [r for name, r in dims.position_rows.items() if r and name in plan.positions]
+    # a table's rows only (the dims also bound positions by their type: 2**63 for int64, no context length)
+    rows = [r for name, r in dims.position_rows.items() if r and r < 2**31 and name in plan.positions]
     return DecoderSignature(ids, plan.mask, plan.positions[0] if plan.positions else None, layers, templates,
                             logits, vocab, kv_heads, head_size, min(rows) if rows else None)
 
