@@ -177,3 +177,93 @@ def test_memory_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     code, stderr, _ = _jailed("validate", "m.onnx", "m.onnx", "--inputs", "x.npz", "--max-memory", "100GB",
                               cwd=tmp_path)
     assert code == 2 and _one_line(stderr).startswith("error: out of memory"), stderr
+
+
+# --- time_limited_runs: only the sessions the calling thread creates (issue 32, item 5) ---------------------------
+def _session(model: Path) -> object:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+
+
+def test_time_limited_runs_leaves_another_threads_sessions_alone(tmp_path: Path) -> None:
+    """Before: ``InferenceSession.run`` was replaced on the class for the block, so a session the application
+    created in another thread meanwhile ran through gsrewrite's wrapper too."""
+    import onnxruntime as ort
+
+    from gsrewrite.validation.run_limits import time_limited_runs
+
+    model = _matmul_model(tmp_path)
+    original = ort.InferenceSession.run
+    feed = {"x": np.ones((1, 4), np.float32)}
+    expected = feed["x"] @ (np.arange(16, dtype=np.float32).reshape(4, 4) / 16)
+    inside, finished = threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def library() -> None:
+        with time_limited_runs("the library's model"):
+            seen["library"] = session = _session(model)
+            seen["library run"] = session.run(None, feed)[0]  # type: ignore[attr-defined]
+            inside.set()
+            finished.wait(60)  # a hang guard: the other thread sets it within a second
+
+    def application() -> None:
+        inside.wait(60)
+        seen["class run while open"] = ort.InferenceSession.run
+        seen["application"] = session = _session(model)
+        seen["application run"] = session.run(None, feed)[0]  # type: ignore[attr-defined]
+        finished.set()
+
+    threads = [threading.Thread(target=library), threading.Thread(target=application)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert finished.is_set() and not any(thread.is_alive() for thread in threads)
+    app, own = seen["application"], seen["library"]
+    assert seen["class run while open"] is original and ort.InferenceSession.run is original
+    assert type(app).run is ort.InferenceSession.run and "run" not in vars(app)  # onnxruntime's own method
+    assert "run" in vars(own)  # the library's session: its own run, with the limit
+    np.testing.assert_allclose(seen["application run"], expected)  # type: ignore[arg-type]
+    np.testing.assert_allclose(seen["library run"], expected)  # type: ignore[arg-type]
+
+
+def test_time_limited_runs_stops_a_long_run_of_a_library_session(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A session made inside the block (as onnxruntime's calibrator makes one) runs under the time limit; one made
+    after the block does not; the wrapper holds its session weakly (no cycle keeping a session's memory)."""
+    import weakref
+
+    from gsrewrite.validation.run_limits import RunTimeLimitError, time_limited_runs
+
+    model = _loop_model(tmp_path)
+    monkeypatch.setenv("GSREWRITE_RUN_TIMEOUT", "0.5")
+    with time_limited_runs("the library's model"):
+        session = _session(model)
+    with pytest.raises(RunTimeLimitError, match=r"^the library's model ran longer than 0\.5 s") as caught:
+        session.run(None, {"x": np.ones((), np.float32)})  # type: ignore[attr-defined]
+    held = weakref.ref(session)
+    del session, caught  # the traceback's frames hold the session too
+    assert held() is None  # freed by reference counting, no garbage collection needed
+    assert "run" not in vars(_session(_matmul_model(tmp_path)))
+
+
+def test_time_limited_runs_keeps_a_running_profiler(tmp_path: Path) -> None:
+    """A profile function already set (a profiler) is not replaced: the block's sessions then go without the
+    limit."""
+    import sys
+
+    from gsrewrite.validation.run_limits import time_limited_runs
+
+    def profiler(frame: object, event: str, arg: object) -> None:
+        pass
+
+    sys.setprofile(profiler)
+    try:
+        with time_limited_runs():
+            assert sys.getprofile() is profiler
+            session = _session(_matmul_model(tmp_path))
+        assert sys.getprofile() is profiler
+    finally:
+        sys.setprofile(None)
+    assert "run" not in vars(session)
