@@ -38,6 +38,7 @@ _LAZY = {
     "bench": "gsrewrite.pipelines.bench",
     "profile": "gsrewrite.profiling.analysis",
     "plan_memory": "gsrewrite.profiling.analysis",
+    "set_memory_release": "gsrewrite.stages",
 }
 
 __all__ = ["__version__", *_LAZY]
