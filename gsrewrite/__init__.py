@@ -41,6 +41,7 @@ _LAZY = {
     "plan_memory": "gsrewrite.profiling.analysis",
     "write_report": "gsrewrite.pipelines.reported",
     "report_data": "gsrewrite.pipelines.reported",
+    "set_memory_release": "gsrewrite.stages",
 }
 
 __all__ = ["__version__", *_LAZY]

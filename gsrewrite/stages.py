@@ -8,8 +8,12 @@ The peak is the process's high-water mark (``getrusage``'s ``ru_maxrss``, kept b
 it, else the highest resident size a sampler thread read (``/proc/self/statm`` every :data:`SAMPLE_SECONDS`) while
 the stage ran: a peak shorter than that between two samples can be missed, never overstated. Nothing is sampled
 when the logger does not show INFO. ``weights(nbytes)`` binds the request's weight bytes, the unit of the ratio (a
-context variable: a request in another thread sees its own). :func:`release` hands the C heap's free pages back to
-the system between steps that free large blocks.
+context variable: a request in another thread sees its own).
+
+:func:`release_memory` collects garbage and hands the C heap's free pages back to the system, at the few steps where
+that measurably lowers a command's peak (each call site quotes its saving; benchmarks/results/pipeline_memory.md).
+It acts only when :func:`set_memory_release` turned it on: the CLI does (the process is gsrewrite's); a library call
+leaves the heap of the application it runs in alone unless the application asks for it.
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ def stage(name: str) -> Iterator[None]:
         yield
     finally:
         seconds = time.perf_counter() - start
-        release()  # what the stage freed leaves the resident size before the next stage
         if sampler is None:
             log.info("%s: %.2f s", name, seconds)
         else:
@@ -88,13 +91,26 @@ def peak_rss() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def release() -> None:
-    """Hand the C heap's free pages back to the system (glibc ``malloc_trim``): what a finished step freed
-    (onnxruntime's session, a candidate's payloads) then leaves the resident size instead of lingering in the
-    heap's free lists where the next step's different-sized blocks may not fit (a no-op elsewhere). A garbage
-    collection first: an onnx-graphsurgeon graph is a web of reference cycles (nodes and tensors point at each
-    other), so a finished stage's graph, with every array a rewrite made, is otherwise freed only whenever the
-    collector next runs (BERT-base: 85 MB still held when the candidate's onnxruntime session was created)."""
+#: whether :func:`release_memory` acts (:func:`set_memory_release`): off for the library, on in the CLI
+_release = False
+
+
+def set_memory_release(on: bool = True) -> None:
+    """Let :func:`release_memory` collect garbage and trim the C heap at its call sites (for the whole process). The
+    CLI turns it on; an application embedding gsrewrite may, when the memory gsrewrite's steps free should leave
+    the process at once (it costs a full garbage collection of the application's heap at each site)."""
+    global _release
+    _release = on
+
+
+def release_memory() -> None:
+    """When :func:`set_memory_release` is on: a garbage collection (an onnx-graphsurgeon graph is a web of reference
+    cycles, so a finished step's graph and arrays are otherwise freed only whenever the collector next runs), then
+    glibc's ``malloc_trim``: what a finished step freed (onnxruntime's sessions, a candidate's payloads) leaves the
+    resident size instead of lingering in the heap's free lists, where the next step's different-sized blocks may
+    not fit (a no-op elsewhere). Called only where a measurement showed it lowers the peak."""
+    if not _release:
+        return
     gc.collect()
     trim = _malloc_trim()
     if trim is not None:

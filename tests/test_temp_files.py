@@ -47,7 +47,8 @@ def _paused_save(folder: Path, *options: str) -> subprocess.Popen[str]:
         [str(GSREWRITE), "simplify", "m.onnx", "-o", "out.onnx", *options], cwd=folder, env=env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background job may ignore SIGINT
-    deadline = time.monotonic() + 30
+    # a hang guard, not a bound on speed: the temp file appears 1-2 s after the start, even on a loaded machine
+    deadline = time.monotonic() + 120
     while not _temp_files(folder):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.02)

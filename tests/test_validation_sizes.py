@@ -191,15 +191,16 @@ try:
     main(["optimize", {str(tmp_path / 'boom.onnx')!r}, "-o", {str(tmp_path / 'out.onnx')!r}])
 except SystemExit as exc:
     code = exc.code
-print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(code, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, file=sys.stderr)
 """
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert time.perf_counter() - start < 30
+    # timeout: a hang guard (the command takes about 2 s), not a bound on speed
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     lines = result.stderr.strip().splitlines()
-    code, max_rss_kb = lines[-1].split()
+    code, max_rss_kb, cpu = lines[-1].split()
     assert code == "2", result.stderr
     assert int(max_rss_kb) < 1_000_000  # well under a gigabyte
+    assert float(cpu) < 30  # about 2 s of CPU (not wall time: the same on a loaded machine)
     error = next(line for line in lines if line.startswith("error:"))
     assert "memory budget" in error and "largest tensor t29" in error
     assert "--input-shape" in error and "--no-validate" in error
@@ -208,10 +209,10 @@ print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
 def test_a_huge_declared_input_dim_raises_before_allocating():
     model = parser.parse_model('''<ir_version: 8, opset_import: ["" : 17]>
 g (float[1099511627776] x) => (float[1099511627776] y) { y = Identity(x) }''')
-    start = time.perf_counter()
+    start = time.process_time()  # CPU, not wall time: the same on a loaded machine
     with pytest.raises(MemoryBudgetError, match="largest tensor x"):
         validate(model, model)
-    assert time.perf_counter() - start < 10
+    assert time.process_time() - start < 10
 
 
 def test_negative_declared_dims_are_dynamic():

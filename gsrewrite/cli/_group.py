@@ -207,6 +207,9 @@ def _configure_logging(verbose: int, quiet: int) -> None:
 def main(ctx: click.Context, verbose: int, quiet: int, debug: bool, disabled_plugins: tuple[str, ...]) -> None:
     """gsrewrite: declarative, validated rewrites of ONNX models."""
     _configure_logging(verbose, quiet)
+    from gsrewrite.stages import set_memory_release
+
+    set_memory_release(True)  # the process is ours: freed memory goes back to the system at the measured steps
     obj = ctx.ensure_object(dict)
     obj["debug"] = debug or os.environ.get("GSREWRITE_DEBUG") == "1"
     obj["disabled_plugins"] = tuple(disabled_plugins)

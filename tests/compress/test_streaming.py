@@ -261,6 +261,29 @@ def test_stage_logs_its_peak_against_the_weights(caplog: Any) -> None:
     assert ratio > 0.6, line
 
 
+
+def test_a_library_call_leaves_the_applications_heap_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No garbage collection, no malloc_trim in a library call unless the application asks for it
+    (``gsrewrite.set_memory_release``); the CLI turns it on, its process being gsrewrite's (issue 32 item 5)."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from gsrewrite import stages
+    from gsrewrite.cli import main
+
+    collections: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(1) or 0)
+    monkeypatch.setattr(stages, "_release", False)
+    gsrewrite.compress(_decoder(), "dynamic-int8", bench_runs=1, allow_slower=True)  # validated, benchmarked
+    assert not collections
+    gsrewrite.set_memory_release(True)
+    gsrewrite.compress(_decoder(), "dynamic-int8", bench_runs=1, allow_slower=True)
+    assert len(collections) == 2
+    stages.set_memory_release(False)
+    assert CliRunner().invoke(main, ["passes", "list"]).exit_code == 0
+    assert stages._release
+
 def test_nothing_to_compress_holds_for_weights_left_in_the_file(tmp_path: Path) -> None:
     """fp16 reads its weights in (it does not read references): a weight beyond float16's range, 16 KB so the
     command leaves it in the file, is still seen unchanged, and nothing is written (issue 24)."""

@@ -9,7 +9,9 @@ import resource
 import stat
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,11 @@ from ._base import CALIBRATION_DIR, INPUTS_FILE
 
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 ADDRESS_SPACE = 4 << 30
-TIMEOUT_S = 30.0
+#: a hang guard, not a bound on speed: a hostile case takes 1-7 s of wall time (start-up; a Loop model's runs are
+#: stopped by GSREWRITE_RUN_TIMEOUT=5), so 120 s only ever ends a command that hangs, even on a loaded machine
+TIMEOUT_S = 120.0
+#: the hang guard of :func:`measured_run`: the commands measured with it take 1-3 s; only a hang gets near this
+HANG_GUARD_S = 300.0
 OUTPUT_FILE = "out.onnx"
 
 #: command -> (argument list for a model and an output path, whether the command writes the output); the commands
@@ -144,3 +150,45 @@ def _fingerprint(path: str) -> str:
         with open(path, "rb") as f:
             return f"file:{hashlib.sha256(f.read()).hexdigest()}:{stat.S_IMODE(info.st_mode):o}"
     return f"{stat.filemode(info.st_mode)[0]}:{stat.S_IMODE(info.st_mode):o}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished child process: its exit code, output and its own resource use (``os.wait4``'s rusage)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    #: user + system CPU seconds of the child (all its threads): a bound on work that holds on a loaded machine,
+    #: where its wall time does not
+    cpu_s: float
+    #: the child's peak resident bytes (forked with a ``preexec_fn``, it counts this process's size at the fork)
+    max_rss: int
+    #: killed by the hang guard
+    hung: bool
+
+
+def measured_run(argv: Sequence[str | Path], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None, hang_guard: float = HANG_GUARD_S) -> Measured:
+    """Run ``argv`` to its end and measure its CPU time and peak RSS. ``hang_guard`` seconds of wall time kill it:
+    a guard against a hang, far above any expected time, never the assertion of a test."""
+    with tempfile.TemporaryFile("w+", errors="replace") as out, tempfile.TemporaryFile("w+", errors="replace") as err:
+        process = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                   stderr=err, text=True, preexec_fn=preexec_fn)
+        hung = threading.Event()
+
+        def kill() -> None:
+            hung.set()
+            process.kill()
+
+        timer = threading.Timer(hang_guard, kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return Measured(process.returncode, out.read(), err.read(), usage.ru_utime + usage.ru_stime,
+                        usage.ru_maxrss * 1024, hung.is_set())
