@@ -72,7 +72,9 @@ def test_int4_onnx_target_needs_opset_21_unless_allowed() -> None:
     dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"]
     assert len(dq) == 2 and all(any(a.name == "block_size" for a in n.attribute) for n in dq)
     codes = {t.name: t.data_type for t in result.model.graph.initializer}
-    assert TensorProto.INT4 in codes.values()
+    assert TensorProto.UINT4 in codes.values()  # int4's default: zero points (asymmetric)
+    symmetric = gsrewrite.compress(_mlp(opset=17), "int4", target="onnx", allow_opset_upgrade=True, symmetric=True)
+    assert TensorProto.INT4 in {t.data_type for t in symmetric.model.graph.initializer}
     _runs(result.model)
 
 
