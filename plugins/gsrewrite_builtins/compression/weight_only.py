@@ -6,11 +6,13 @@
   (per-tensor / per-channel from opset 13; blocked and 4-bit types need opset 21, which the strategy raises to
   only with ``allow_opset_upgrade``).
 
-Options: ``symmetric`` (default: True at 8 bits, False at 4: zero points), ``granularity`` (tensor | channel | block; default block for int4,
-channel for int8 at ``--target onnx``; MatMulNBits is always blocked), ``block_size`` (16-256, default 32),
+Options: ``symmetric`` (default: True at 8 bits, False at 4: zero points), ``granularity`` (tensor | channel |
+block; default block for int4, channel for int8 at ``--target onnx``; MatMulNBits is always blocked),
+``block_size`` (16-256, default 32),
 ``method`` (``rtn``: round to nearest; ``search``: k-quant style scale search, numerics.search_groups; default
 ``search`` at 4 bits, ``rtn`` at 8), ``activations`` (default True: the search weights each element by its input
 channel's squared activations, measured on ``calibration`` inputs (.npz file or folder), else generated ones),
+``head_bits`` (4 or 8: a tied LM head's and its embedding table's, default the strategy's bits),
 ``accuracy_level`` (MatMulNBits' attribute, 0-4: 4 computes with int8 activations; unset, the compress pipeline
 measures 0 and 4 and keeps the faster), ``target``, ``min_elements`` (smaller weights stay float, default 4096),
 ``exclude`` (node names), ``op_types`` (default MatMul, Gemm, and Conv at 8 bits), ``allow_opset_upgrade``.
@@ -48,8 +50,8 @@ from gsrewrite_builtins.compression.numerics import QuantSpec, matmul_nbits, pac
 log = logging.getLogger(__name__)
 TARGETS = ("ort", "onnx")
 METHOD_TEXT = {"rtn": "round to nearest", "search": "scale search"}
-OPTIONS = ("symmetric", "granularity", "block_size", "method", "activations", "calibration", "accuracy_level", "target",
-           "min_elements", "exclude", "allow_opset_upgrade", "op_types")
+OPTIONS = ("symmetric", "granularity", "block_size", "method", "activations", "calibration", "accuracy_level",
+           "head_bits", "target", "min_elements", "exclude", "allow_opset_upgrade", "op_types")
 #: accuracy_level values MatMulNBits takes (0: unset, onnxruntime's default; 4: int8 activations)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
@@ -99,6 +101,9 @@ class WeightOnly:
             QuantSpec(self.bits, symmetric, granularity, 0, block_size, method).validate()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        head_bits = int(options.get("head_bits") or self.bits)
+        if head_bits not in (4, 8):
+            raise UsageError(f"head_bits must be 4 or 8, not {head_bits}")
         level = options.get("accuracy_level")
         if level is not None and int(level) not in ACCURACY_LEVELS:
             raise UsageError(f"--accuracy-level must be one of {', '.join(map(str, ACCURACY_LEVELS))}, not {level}")
@@ -127,6 +132,7 @@ class WeightOnly:
                          self._cache, method=method, accuracy_level=None if level is None else int(level),
                          statistics=stats, statistics_key=str(calibration or "generated") if stats else "")
         editor.op_types = op_types
+        editor.head_bits = head_bits
         if target == "onnx":
             editor.require_opset(bool(options.get("allow_opset_upgrade")))
         editor.run()
@@ -178,7 +184,9 @@ class _Editor:
         self.tied_why = ""
         #: tied tables quantized once: table name -> the MatMulNBits tensors (B, scales, zero points or "") the
         #: embedding's Gather reads too
-        self.shared: dict[str, tuple[str, str, str]] = {}
+        self.shared: dict[str, tuple[str, str, str, int]] = {}
+        #: the bits of a tied LM head read through a transpose (and of its embedding table)
+        self.head_bits = bits
         #: Transposes of a weight whose MatMul now reads the weight itself (dropped with the rewrite)
         self.folded: set[str] = set()
         self.transposed: dict[str, onnx.NodeProto] = {}
@@ -237,7 +245,7 @@ class _Editor:
         transpose = self.transposed.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) > 1 else None
         key = (node.SerializeToString(), transpose.SerializeToString() if transpose is not None else b"",
                self.bits, self.symmetric, self.granularity, self.block_size, self.target, self.min_elements,
-               self.method, self.accuracy_level, self.statistics_key, self._opset())
+               self.method, self.accuracy_level, self.statistics_key, self.head_bits, self._opset())
         hit = self.cache.get(key)
         if hit is None:
             marks = (len(self.new_tensors), len(self.skipped), len(self.quantized_nodes), self.per_channel_fallback,
@@ -344,14 +352,18 @@ class _Editor:
               ) -> list[onnx.NodeProto]:
         """A tied LM head ``x @ W^T`` (``w``: W [N, K] as stored): MatMulNBits; when embedding Gathers read W too,
         its codes and scales serve them (GatherBlockQuantized), or the head gets a copy and says why."""
-        if not embeddings:
-            return self._linear(node, node.input[0], w.T, None, node.output[0])
-        why = self._unshareable(table, tensor, w)
-        if why is not None:
-            self.tied += 1
-            self.tied_why = why
-            return self._linear(node, node.input[0], w.T, None, node.output[0])
-        return self._linear(node, node.input[0], w.T, None, node.output[0], share=table)
+        bits, self.bits = self.bits, self.head_bits
+        try:
+            if not embeddings:
+                return self._linear(node, node.input[0], w.T, None, node.output[0])
+            why = self._unshareable(table, tensor, w)
+            if why is not None:
+                self.tied += 1
+                self.tied_why = why
+                return self._linear(node, node.input[0], w.T, None, node.output[0])
+            return self._linear(node, node.input[0], w.T, None, node.output[0], share=table)
+        finally:
+            self.bits = bits
 
     def _unshareable(self, table: str, tensor: onnx.TensorProto, w: np.ndarray) -> str | None:
         """Why the embedding Gathers of ``table`` cannot read the head's quantized codes (None: they can)."""
@@ -372,13 +384,13 @@ class _Editor:
         codes reshaped to [vocab, hidden / 2] bytes at 4 bits); None for any other node."""
         if node.op_type != "Gather" or node.domain not in ("", "ai.onnx") or node.input[0] not in self.shared:
             return None
-        b, scales, zero_points = self.shared[node.input[0]]
-        base = unique_name(self.model, f"{node.name or node.output[0]}_q{self.bits}")
+        b, scales, zero_points, bits = self.shared[node.input[0]]
+        base = unique_name(self.model, f"{node.name or node.output[0]}_q{bits}")
         self.new_tensors.append(numpy_helper.from_array(np.array([0, -1], np.int64), f"{base}_rows"))
         reshape = helper.make_node("Reshape", [b, f"{base}_rows"], [f"{base}_table"], name=f"{base}_table")
         inputs = [f"{base}_table", node.input[1], scales] + ([zero_points] if zero_points else [])
         gather = helper.make_node("GatherBlockQuantized", inputs, list(node.output), name=base, domain="com.microsoft",
-                                  bits=self.bits, block_size=self.block_size, gather_axis=0, quantize_axis=1)
+                                  bits=bits, block_size=self.block_size, gather_axis=0, quantize_axis=1)
         return [reshape, gather]
 
     def _linear(self, node: onnx.NodeProto, a: str, w: np.ndarray, bias: str | None, output: str,
@@ -400,7 +412,7 @@ class _Editor:
         if share is not None:
             scales = scales.reshape(n, -1)
             zero_points = None if zero_points is None else zero_points.reshape(n, -1)
-            self.shared[share] = (names[0], names[1], "" if zero_points is None else f"{base}_zp")
+            self.shared[share] = (names[0], names[1], "" if zero_points is None else f"{base}_zp", self.bits)
         self.new_tensors.extend([numpy_helper.from_array(b, names[0]), numpy_helper.from_array(scales, names[1])])
         inputs = [a, *names]
         if zero_points is not None:
