@@ -39,12 +39,23 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--granularity", type=click.Choice(["tensor", "channel", "block"]), default=None,
               help="int8/int4: one scale per tensor, per output channel, or per block.")
 @click.option("--block-size", type=click.IntRange(16, 256), default=None, help="int8/int4 blocks (power of 2).")
+@click.option("--method", type=click.Choice(["rtn", "search"]), default=None,
+              help="int8/int4 quantizer: round to nearest, or a k-quant style scale search per block (int4's "
+              "default).")
+@click.option("--activations/--no-activations", default=None,
+              help="int8/int4 --method search: weight each element by its input channel's squared activations, "
+              "measured on --calibration inputs (default: on, generated inputs).")
+@click.option("--head-bits", type=click.Choice(["4", "8"]), default=None,
+              help="int4: bits of a tied LM head and its embedding table (default: the strategy's).")
+@click.option("--accuracy-level", type=click.IntRange(0, 4), default=None,
+              help="int8/int4 MatMulNBits accuracy_level (4: int8 activations; default: the faster of 0 and 4, "
+              "measured).")
 @click.option("--target", type=click.Choice(["ort", "onnx"]), default=None,
               help="int8/int4: com.microsoft MatMulNBits (ort) or standard DequantizeLinear (onnx).")
 @click.option("--allow-opset-upgrade", is_flag=True, default=None,
               help="int4/blocked --target onnx: convert the model to opset 21 when it is older.")
 @click.option("--calibration", default=None, metavar="FILE.npz|DIR",
-              help="static-int8: calibration inputs (default: generated).")
+              help="static-int8, int8/int4 --method search: calibration inputs (default: generated).")
 @click.option("--keep-io-types/--no-keep-io-types", default=None, help="fp16: keep inputs/outputs float32.")
 @click.option("--exclude", multiple=True, metavar="NODE", help="Leave this node uncompressed (repeatable).")
 @click.option("--op-types", default=None, metavar="A,B", help="int8/int4/dynamic/static-int8: op types to quantize.")
@@ -95,8 +106,8 @@ def compress(jobs_: list[Job], workers: int, strategy: str, inputs: str | None, 
 def _strategy_options(values: dict[str, Any]) -> dict[str, Any]:
     """The options the user gave (unset ones are not passed: each strategy has its own defaults)."""
     options: dict[str, Any] = {}
-    for key in ("symmetric", "granularity", "block_size", "target", "allow_opset_upgrade", "calibration",
-                "keep_io_types"):
+    for key in ("symmetric", "granularity", "block_size", "method", "activations", "accuracy_level", "head_bits",
+                "target", "allow_opset_upgrade", "calibration", "keep_io_types"):
         if values.get(key) is not None:
             options[key] = values[key]
     if values.get("exclude"):

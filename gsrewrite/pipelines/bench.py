@@ -160,6 +160,22 @@ def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int | No
           time_budget: float = TIME_BUDGET) -> BenchResult:
     """Time each ``(label, model)`` interleaved; ``inputs`` default to generated ones for the first model.
     ``runs``/``warmup``: rounds, exactly; ``None``: bounded by ``time_budget`` seconds (see the module)."""
+    feeds = None if inputs is None else [inputs]
+    return _bench(models, feeds, runs, warmup, threads, ort_level, save_optimized, time_budget)[0]
+
+
+def bench_phases(models: Sequence[tuple[str, onnx.ModelProto | str]], phases: Sequence[Phase], *,
+                 runs: int | None = None, warmup: int | None = None, threads: int = 1, ort_level: str = "all",
+                 time_budget: float = TIME_BUDGET) -> list[BenchResult]:
+    """:func:`bench` of each phase's feed (a decoder's decode step and prefill), every session opened once for all
+    the phases (each phase gets its share of ``time_budget``)."""
+    return _bench(models, [phase.feed for phase in phases], runs, warmup, threads, ort_level, None,
+                  time_budget / max(1, len(phases)))
+
+
+def _bench(models: Sequence[tuple[str, onnx.ModelProto | str]], inputs: Sequence[Mapping[str, np.ndarray]] | None,
+           runs: int | None, warmup: int | None, threads: int, ort_level: str, save_optimized: str | None,
+           time_budget: float) -> list[BenchResult]:
     if not models:
         raise UsageError("no model to benchmark")
     if ort_level not in ORT_LEVELS:
@@ -178,24 +194,28 @@ def bench(models: Sequence[tuple[str, onnx.ModelProto | str]], *, runs: int | No
         if reason is not None:
             raise ValidationError(f"onnxruntime will not run {label}: {reason}")
         sources.append(source)
-    feed = dict(inputs) if inputs is not None else bench_inputs(sources[0].proto)
+    given = [dict(feed) for feed in inputs] if inputs is not None else [bench_inputs(sources[0].proto)]
+    results = []
     with contextlib.ExitStack() as stack:
         sessions = []
         for i, source in enumerate(sources):
             sessions.append(session(source, threads, ort_level, save_optimized if i == 0 else None))
             stack.callback(sessions[-1].close)
-        feeds = []
-        for (label, _), sess in zip(models, sessions, strict=True):
-            missing = [name for name in sess.input_names if name not in feed]
-            if missing:
-                raise InputDataError(f"{label} takes input {missing[0]!r}, which the first model's inputs lack")
-            feeds.append({k: v for k, v in feed.items() if k in set(sess.input_names)})
-        timings = [Timing(label) for label, _ in models]
-        pairs = list(zip(sessions, feeds, strict=True))
-        warmed = _rounds(pairs, None, warmup, DEFAULT_WARMUP, time_budget / 5)
-        done = _rounds(pairs, timings, runs, DEFAULT_RUNS, time_budget - warmed[1])
-    return BenchResult(timings, done[0], threads, ort_level, {k: list(v.shape) for k, v in feed.items()},
-                       warmup=warmed[0], budget_s=time_budget if runs is None else None)
+        for feed in given:
+            feeds = []
+            for (label, _), sess in zip(models, sessions, strict=True):
+                missing = [name for name in sess.input_names if name not in feed]
+                if missing:
+                    raise InputDataError(f"{label} takes input {missing[0]!r}, which the first model's inputs lack")
+                feeds.append({k: v for k, v in feed.items() if k in set(sess.input_names)})
+            timings = [Timing(label) for label, _ in models]
+            pairs = list(zip(sessions, feeds, strict=True))
+            warmed = _rounds(pairs, None, warmup, DEFAULT_WARMUP, time_budget / 5)
+            done = _rounds(pairs, timings, runs, DEFAULT_RUNS, time_budget - warmed[1])
+            results.append(BenchResult(timings, done[0], threads, ort_level,
+                                       {k: list(v.shape) for k, v in feed.items()}, warmup=warmed[0],
+                                       budget_s=time_budget if runs is None else None))
+    return results
 
 
 def _rounds(pairs: list[tuple[Session, dict[str, np.ndarray]]], timings: list[Timing] | None, count: int | None,

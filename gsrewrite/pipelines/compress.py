@@ -9,7 +9,16 @@ When the compressed model misses the tolerance and the strategy reports which no
 node is excluded, and the strategy runs again, until the result passes. Nothing is written (typed
 :class:`~gsrewrite.errors.CompressionRefused` errors, exit code 1) when the result cannot pass, when the strategy
 changed no weight, or when the result was measured slower than its input by more than ``MAX_SLOWDOWN``
-(unless ``allow_slower``).
+beyond the measurement's own noise (unless ``allow_slower``).
+
+Latency (``bench_runs`` > 0) is measured where the model is for: a decoder with a KV cache at a decode step (1 token
+over a past of 128) and a prefill (128 tokens), as ``gsrewrite bench`` does, and judged on the decode step; other
+models on validation's sample inputs. One model's session at a time: the original before the strategy runs, then
+the result; a result that looks slower is timed again after the original again (two blocks each), and refused only
+when its best run is more than ``MAX_SLOWDOWN`` x (1 + the noise) times the original's, the noise being how far the
+best run of the same model moved between its blocks (:func:`slower_beyond_noise`). When the strategy takes an
+``accuracy_level`` the user did not give and its result holds MatMulNBits, levels 0 and 4 (int8 activations) are
+timed side by side and the faster kept (:func:`choose_accuracy_level`), before validation.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +55,7 @@ from gsrewrite.validation.report import OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
+    from gsrewrite.pipelines.bench import Phase
     from gsrewrite.pipelines.options import Source
     from gsrewrite.validation import Validator
 
@@ -54,8 +64,13 @@ log = logging.getLogger(__name__)
 
 #: most strategy runs one bisection may take
 MAX_BISECT_RUNS = 40
-#: a compressed model whose latency is more than this times its input's is refused (unless allow_slower)
+#: a compressed model whose latency is more than this times its input's, beyond the measurement's noise, is refused
+#: (unless allow_slower)
 MAX_SLOWDOWN = 1.10
+#: accuracy_level candidates timed for a MatMulNBits result (0: onnxruntime's default; 4: int8 activations)
+ACCURACY_LEVELS = (0, 4)
+#: two levels whose decode steps differ by less than this share are equal there: the prefill decides
+EQUAL_SHARE = 0.05
 #: with generated inputs, labels (integer/bool outputs) and class scores are judged on at least this many elements
 #: or rows when a validation run gives fewer: more input sets are drawn, up to MAX_RATE_RUNS per size
 MIN_RATE_SAMPLES = 200
@@ -101,6 +116,10 @@ class CompressResult:
     validated: bool = False
     excluded: list[str] = field(default_factory=list)
     latency_ms: tuple[float, float] | None = None
+    #: the latency of each phase timed (a decoder: ``decode``, judged, and ``prefill``; others: ``run``), ms
+    latency_phases: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: how far the best run of the same model moved between its timed blocks (0 with one block each)
+    latency_noise: float = 0.0
     census: Census | None = None
     #: input sets per size the validation ran (more than one when labels or class scores needed more rows)
     validation_runs: int = 1
@@ -124,7 +143,11 @@ class CompressResult:
         """Sizes (and latency) before/after, the strategy's notes, what the output graph holds, each output against
         the uncompressed model: report blocks, as every command's (:mod:`gsrewrite.reporting`)."""
         rows = [_ratio_row("file", *self.file_bytes, size_text), _ratio_row("weights", *self.weight_bytes, size_text)]
-        if self.latency_ms is not None:
+        if self.latency_phases:
+            for phase, (before, after) in self.latency_phases.items():
+                rows.append(_ratio_row(f"latency, {PHASE_TEXT.get(phase, phase)} (onnxruntime, min)", before, after,
+                                       lambda ms: f"{ms:.2f} ms"))
+        elif self.latency_ms is not None:
             rows.append(_ratio_row("latency (onnxruntime, min of interleaved runs)", *self.latency_ms,
                                    lambda ms: f"{ms:.2f} ms"))
         report = Report([Table(f"Compression: {self.strategy}", ("", "before", "after", "ratio"), rows)])
@@ -161,7 +184,15 @@ class CompressResult:
                              "failed": list(o.failed), "within_tolerance": o.ok} for o in self.outputs],
                 "latency_ms": None if self.latency_ms is None else
                 {"before": round(self.latency_ms[0], 4), "after": round(self.latency_ms[1], 4),
-                 "ratio": round(self.latency_ms[1] / self.latency_ms[0], 4)}}
+                 "ratio": round(self.latency_ms[1] / self.latency_ms[0], 4)},
+                "latency_phases": {name: {"before": round(b, 4), "after": round(a, 4), "ratio": round(a / b, 4)}
+                                   for name, (b, a) in self.latency_phases.items()},
+                "latency_noise": round(self.latency_noise, 4)}
+
+
+#: how the report names each timed phase
+PHASE_TEXT = {"decode": "decode step (1 token, past 128)", "prefill": "prefill (128 tokens)",
+              "run": "sample inputs"}
 
 
 def _ratio_row(label: str, before: float, after: float, unit: Callable[[float], str]) -> tuple[str, ...]:
@@ -239,6 +270,15 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     with stage(f"compressing ({strategy})"):
         compressed, notes, changed = _run(chosen, given_model, given)
     result = CompressResult(compressed, strategy, given, tolerance, notes)
+    after: dict[str, PhaseTimes] | None = None
+    level: int | None = None
+    if timed is not None and "accuracy_level" in getattr(chosen, "options", ()) and "accuracy_level" not in given \
+            and any(n.op_type == "MatMulNBits" for n in compressed.graph.node):
+        with stage("benchmarking accuracy levels"):
+            level, after, note = choose_accuracy_level(compressed, timed, bench_runs, bench_threads)
+        result.notes.append(note)
+        if level:
+            result.model = compressed = with_accuracy_level(compressed, level)
     result.file_bytes = (serialized_size(original), serialized_size(compressed))
     result.weight_bytes = (weight_bytes(original), weight_bytes(compressed))
     result.census = census(compressed)
@@ -247,9 +287,10 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
         raise NothingToCompressError(f"nothing to compress: {strategy} changed no weight of the model ({why}); "
                                      "nothing written", result)
     if validator is not None:
-        _validate(result, chosen, given_model, given, changed, validator, start)
+        _validate(result, chosen, given_model, given, changed, validator, start,
+                  None if not level else lambda model: with_accuracy_level(model, level))
     if timed is not None:
-        _bench(result, timed, bench_runs, bench_threads, allow_slower)
+        _bench(result, timed, bench_runs, bench_threads, allow_slower, after)
     return result
 
 
@@ -284,6 +325,20 @@ def _load(path: str) -> onnx.ModelProto:
     return load_model(path)
 
 
+def with_accuracy_level(model: onnx.ModelProto, level: int) -> onnx.ModelProto:
+    """``model`` with every MatMulNBits node's ``accuracy_level`` set to ``level`` (a copy)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            if level:
+                node.attribute.append(onnx.helper.make_attribute("accuracy_level", level))
+    return copy
+
+
 def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
          ) -> tuple[onnx.ModelProto, list[str], list[str]]:
     # a strategy's own onnxruntime runs (calibration) have the run time limit too
@@ -297,10 +352,12 @@ def _run(strategy: Any, model: onnx.ModelProto, options: dict[str, Any]
 
 
 def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
-              changed: list[str], validator: Validator, start: float) -> None:
+              changed: list[str], validator: Validator, start: float,
+              finish: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None) -> None:
     """Compare with the original's outputs (computed once), bisect when the strategy allows it, or raise.
     ``start``: when the compression began, its reference run included (a bisection may take BISECT_TIME_FACTOR
-    times what it took up to here)."""
+    times what it took up to here); ``finish``: what was done to the strategy's result before validation (the
+    accuracy level chosen), done to each bisection step's too."""
     with stage("validating"):
         result.outputs = validator.check(result.model).outputs
     release_memory()  # the candidate's session, before the save: BERT-base dynamic-int8, --bench-runs 0: 394 -> 337 MiB
@@ -308,7 +365,7 @@ def _validate(result: CompressResult, strategy: Any, original: onnx.ModelProto, 
     if not result.ok and changed and "exclude" in getattr(strategy, "options", ()):
         budget = BISECT_TIME_FACTOR * (time.perf_counter() - start)
         with stage("bisecting"):
-            _bisect(result, strategy, original, options, changed, validator, time.perf_counter() + budget)
+            _bisect(result, strategy, original, options, changed, validator, time.perf_counter() + budget, finish)
     if not result.ok:
         relax = sorted({RELAXED_BY[m] for o in result.outputs for m in o.failed if m in RELAXED_BY})
         hint = f" ({', '.join(relax)} relax the tolerance; --inputs validates on your data)" if relax else ""
@@ -325,7 +382,8 @@ def _rate_runs(samples: list[int]) -> int:
 
 
 def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, options: dict[str, Any],
-            changed: list[str], validator: Validator, deadline: float) -> None:
+            changed: list[str], validator: Validator, deadline: float,
+            finish: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None) -> None:
     """Exclude nodes (smallest failing prefix's last node, repeatedly) until the tolerance is met, in at most
     MAX_BISECT_RUNS strategy runs and until ``deadline`` (``time.perf_counter()``). A run's model is dropped
     before the next is built, unless it passed."""
@@ -338,6 +396,8 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
         runs += 1
         skip = excluded + [n for n in candidates if n not in quantized]
         model, notes, _ = _run(strategy, original, {**options, "exclude": skip})
+        if finish is not None:
+            model = finish(model)
         outputs = validator.check(model).outputs
         ok = all(o.ok for o in outputs)
         outcome = (model, notes, outputs) if ok else None
@@ -382,46 +442,138 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
 
 
 @dataclass
+class PhaseTimes:
+    """One model's timed blocks of one phase: each block the run seconds of one session's timed runs."""
+
+    blocks: list[list[float]] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        """The best run (seconds)."""
+        return min(min(block) for block in self.blocks if block)
+
+    @property
+    def spread(self) -> float:
+        """How far the best run moved between blocks: the largest block minimum over the smallest, minus 1 (0 with
+        one block): the noise of the machine at the time, measured on the model itself."""
+        minima = [min(block) for block in self.blocks if block]
+        return max(minima) / min(minima) - 1.0 if len(minima) > 1 else 0.0
+
+
+def slower_beyond_noise(before: PhaseTimes, after: PhaseTimes, limit: float = MAX_SLOWDOWN) -> bool:
+    """Whether ``after`` is slower than ``before`` by more than ``limit``, beyond the measurement's noise: its best
+    run over the original's best run exceeds ``limit`` x (1 + the larger spread of the two). A busy machine that
+    moves the same model's best run by 20% between two blocks cannot show a 1.15x slowdown; a 9x one shows."""
+    return after.best / before.best > limit * (1.0 + max(before.spread, after.spread))
+
+
+@dataclass
 class _Timed:
-    """The original's latency, measured before the strategy ran, and what timing the result needs."""
+    """The original's latency, measured before the strategy ran, per phase, and what timing the result needs."""
 
     baseline: Any
-    feed: dict[str, Any]
-    ms: float
+    phases: list[Phase]
+    before: dict[str, PhaseTimes]
+
+    @property
+    def judged(self) -> str:
+        """The phase the verdict is on: a decoder's decode step (what it runs most), else the one run."""
+        return self.phases[0].name
 
 
 def _time_original(baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int) -> _Timed:
-    """The original's latency (min of ``runs``), timed before the strategy runs: its session never shares memory
-    with the compressed model."""
-    from gsrewrite.pipelines.bench import bench, bench_inputs
+    """The original's latency per phase (a decoder's decode step and prefill, else one run on validation's sample
+    inputs), timed before the strategy runs: its session never shares memory with the compressed model."""
+    from gsrewrite.pipelines.bench import Phase, bench_inputs, decoder_phases
 
+    proto = getattr(baseline, "proto", baseline)
     with stage("benchmarking the original"):
-        feed = bench_inputs(getattr(baseline, "proto", baseline), inputs, input_shapes)
-        ms = bench([("original", baseline)], runs=runs, threads=threads, inputs=feed).timings[0].min_ms
-    return _Timed(baseline, feed, ms)
+        phases = decoder_phases(proto, input_shapes) if inputs is None else None
+        if phases is None:
+            phases = [Phase("run", bench_inputs(proto, inputs, input_shapes), 0, 0)]
+        timed = _Timed(baseline, phases, {p.name: PhaseTimes() for p in phases})
+        _time_block(timed.before, [("original", baseline)], phases, runs, threads)
+    return timed
 
 
-def _bench(result: CompressResult, timed: _Timed, runs: int, threads: int, allow_slower: bool) -> None:
-    """Time the result alone (the original was timed alone before: never two sessions at once, which for a large
-    model would double the memory the request needs). A result slower than MAX_SLOWDOWN times the original is
-    timed again, after the original again (the minima of both measurements count), and refused unless
-    ``allow_slower``."""
-    from gsrewrite.pipelines.bench import bench
+def _time_block(into: dict[str, PhaseTimes], models: Sequence[tuple[str, Any]], phases: list[Phase], runs: int,
+                threads: int) -> list[dict[str, list[float]]]:
+    """Time ``models`` (interleaved, their sessions open together) on every phase; the first model's runs become a
+    block of ``into``; returns every model's run seconds per phase."""
+    from gsrewrite.pipelines.bench import bench_phases
 
-    def alone(label: str, model: Any) -> float:
-        return bench([(label, model)], runs=runs, threads=threads, inputs=timed.feed).timings[0].min_ms
+    results = bench_phases(models, phases, runs=runs, threads=threads)
+    per_model = [{phase.name: list(result.timings[i].times) for phase, result in zip(phases, results, strict=True)}
+                 for i in range(len(models))]
+    for name, times in per_model[0].items():
+        into[name].blocks.append(times)
+    return per_model
 
-    before = timed.ms
+
+def choose_accuracy_level(model: onnx.ModelProto, timed: _Timed, runs: int, threads: int
+                          ) -> tuple[int, dict[str, PhaseTimes], str]:
+    """Time ``model`` (MatMulNBits without an ``accuracy_level``) at each of ACCURACY_LEVELS, side by side on the
+    original's phases, and keep the faster: the decode step decides (a decoder runs it most), the prefill when
+    the decode steps are within EQUAL_SHARE of each other; a tie keeps 0 (onnxruntime's default). Level 4
+    computes with int8 activations: faster where the CPU has int8 dot products, slower where it has not. Returns
+    the level, the kept level's timings (the result's first block) and a note with the numbers."""
+    variants = [(f"accuracy_level {level}", model if not level else with_accuracy_level(model, level))
+                for level in ACCURACY_LEVELS]
+    per_model = _time_block({p.name: PhaseTimes() for p in timed.phases}, variants, timed.phases, runs, threads)
+    del variants
+    best = {name: [min(times[name]) for times in per_model] for name in per_model[0]}
+    order = [timed.judged] + [name for name in best if name != timed.judged]
+    chosen = 0
+    for name in order:
+        low, high = min(best[name]), max(best[name])
+        if high - low > EQUAL_SHARE * high:
+            chosen = best[name].index(low)
+            break
+    level = ACCURACY_LEVELS[chosen]
+    shown = "; ".join(f"{name} " + " vs ".join(f"{ms * 1000:.3g} ms at {lvl}" for lvl, ms in
+                                                zip(ACCURACY_LEVELS, best[name], strict=True)) for name in order)
+    note = (f"MatMulNBits accuracy_level {level} (measured: {shown}; "
+            f"{'int8 activations' if level == 4 else 'float activations'}, the faster kept)")
+    log.info("%s", note)
+    return level, {name: PhaseTimes([times]) for name, times in per_model[chosen].items()}, note
+
+
+def _bench(result: CompressResult, timed: _Timed, runs: int, threads: int, allow_slower: bool,
+           after: dict[str, PhaseTimes] | None = None) -> None:
+    """Time the result alone (the original was timed alone before: never the original's session beside the
+    result's, which for a large model would double the memory the request needs), unless ``after`` holds its
+    timings already. A result more than MAX_SLOWDOWN times slower on the judged phase is timed again, after the
+    original again (two blocks each), and refused unless ``allow_slower`` when it is slower beyond the noise
+    (:func:`slower_beyond_noise`)."""
+    judged = timed.judged
     with stage("benchmarking"):
-        after = alone(result.strategy, result.model)
-        if after > MAX_SLOWDOWN * before and not allow_slower:  # once more before refusing: a noisy moment
-            before = min(before, alone("original", timed.baseline))
-            after = min(after, alone(result.strategy, result.model))
+        if after is None:
+            after = {p.name: PhaseTimes() for p in timed.phases}
+            _time_block(after, [(result.strategy, result.model)], timed.phases, runs, threads)
+        if after[judged].best > MAX_SLOWDOWN * timed.before[judged].best and not allow_slower:
+            _time_block(timed.before, [("original", timed.baseline)], timed.phases, runs, threads)
+            _time_block(after, [(result.strategy, result.model)], timed.phases, runs, threads)
     release_memory()  # the benchmark's sessions, before the save: BERT-base dynamic-int8's peak 406 -> 357 MiB
-    result.latency_ms = (before, after)
-    if after > MAX_SLOWDOWN * before and not allow_slower:
-        raise SlowerModelError(
-            f"the {result.strategy} model is slower than its input: {before:.3g} ms -> {after:.3g} ms "
-            f"({after / before:.2f}x, more than {MAX_SLOWDOWN:.2f}x; onnxruntime, min of 2 x {runs} runs of each, "
-            "one model at a time); nothing written (--allow-slower writes it, --bench-runs 0 skips the measurement)\n"
-            + result.report(), result)
+    before_t, after_t = timed.before[judged], after[judged]
+    result.latency_phases = {name: (timed.before[name].best * 1000, after[name].best * 1000) for name in after}
+    result.latency_ms = result.latency_phases[judged]
+    result.latency_noise = max(before_t.spread, after_t.spread)
+    ratio = after_t.best / before_t.best
+    for name in result.latency_phases:
+        if name != judged and slower_beyond_noise(timed.before[name], after[name]):
+            result.notes.append(f"the {name} is slower than the input's ({result.latency_phases[name][0]:.3g} ms -> "
+                                f"{result.latency_phases[name][1]:.3g} ms); the verdict is on the {judged}")
+    if ratio <= MAX_SLOWDOWN:
+        return
+    blocks = len(after_t.blocks)
+    if not slower_beyond_noise(before_t, after_t) or allow_slower:
+        if not allow_slower:
+            result.notes.append(f"latency {ratio:.2f}x the input's on the {judged}, within the measurement's noise "
+                                f"({result.latency_noise:.0%} between {blocks} blocks of each model): written")
+        return
+    before, after_ms = result.latency_ms
+    raise SlowerModelError(
+        f"the {result.strategy} model is slower than its input: {before:.3g} ms -> {after_ms:.3g} ms "
+        f"({ratio:.2f}x, more than {MAX_SLOWDOWN:.2f}x beyond the noise of {result.latency_noise:.0%}; "
+        f"{PHASE_TEXT.get(judged, judged)}, onnxruntime, min of {blocks} x {runs} runs of each, one model at a time); "
+        "nothing written (--allow-slower writes it, --bench-runs 0 skips the measurement)\n" + result.report(), result)

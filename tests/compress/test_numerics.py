@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -161,3 +162,74 @@ def test_int4_matmul_nbits_equals_onnxruntimes_quantizer_bit_for_bit(k: int, n: 
     np.testing.assert_array_equal(our_scales[nonzero], scales.reshape(-1)[nonzero])
     if not symmetric:
         np.testing.assert_array_equal(our_zero_points, zero_points.reshape(-1))
+
+
+def _weighted_error(w: np.ndarray, qz: Any, weight: np.ndarray) -> np.ndarray:
+    """Per block (blocks of 32 along axis 0, per column) the error the search minimizes, with the weights given."""
+    diff = (dequantize(qz) - w) ** 2 * weight
+    return diff.reshape(-1, 32, w.shape[1]).sum(axis=1)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_scale_search_never_does_worse_than_round_to_nearest(symmetric: bool, bits: int) -> None:
+    """Per block, in the error it minimizes (k-quant importance rms + |x|): round to nearest's codes are one of its
+    candidates; over a heavy-tailed weight it does better on the whole, and its codes stay in the code range."""
+    rng = np.random.default_rng(bits + symmetric)
+    w = (rng.standard_t(4, (256, 48)) * rng.uniform(0.01, 1.0, (1, 48))).astype(np.float32)
+    w[:32, 0] = 0.0  # an all-zero block
+    w[32:64, 1] = 0.25  # a constant block
+    rtn = quantize(w, QuantSpec(bits, symmetric, "block", 0, 32))
+    searched = quantize(w, QuantSpec(bits, symmetric, "block", 0, 32, "search"))
+    low, high = searched.spec.q_range
+    assert searched.q.min() >= low and searched.q.max() <= high and np.all(np.isfinite(searched.scale))
+    blocks = w.reshape(-1, 32, 48)
+    importance = np.sqrt((blocks ** 2).mean(axis=1, keepdims=True)) + np.abs(blocks)
+    weight = importance.reshape(w.shape)
+    ours, theirs = _weighted_error(w, searched, weight), _weighted_error(w, rtn, weight)
+    assert np.all(ours <= theirs * (1 + 1e-4) + 1e-9)
+    assert ours.sum() < 0.95 * theirs.sum()
+    assert np.all(dequantize(searched)[:32, 0] == 0)
+    if not symmetric:
+        np.testing.assert_allclose(dequantize(searched)[32:64, 1], 0.25, rtol=1e-6)
+
+
+def test_channel_weights_steer_the_search_to_the_channels_that_matter() -> None:
+    """A linear layer's error is its weight error times each input channel's squared activations: with channels
+    of large activations weighted, their elements come out closer than without (and the others farther)."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((128, 64)).astype(np.float32)
+    loud = np.zeros(128, np.float32) + 0.01
+    loud[::8] = 100.0  # every eighth input channel carries large activations
+    spec = QuantSpec(4, False, "block", 0, 32, "search")
+    plain, steered = quantize(w, spec), quantize(w, spec, channel_weight=loud)
+    err_plain, err_steered = (dequantize(plain) - w) ** 2, (dequantize(steered) - w) ** 2
+    assert err_steered[::8].sum() < 0.6 * err_plain[::8].sum()
+    x = rng.standard_normal((256, 128)).astype(np.float32) * np.sqrt(loud)
+    assert np.square(x @ (dequantize(steered) - w)).sum() < np.square(x @ (dequantize(plain) - w)).sum()
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_searched_matmul_nbits_runs_in_onnxruntime(symmetric: bool) -> None:
+    rng = np.random.default_rng(5)
+    k, n = 96, 24
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    b, scales, zero_points, qz = matmul_nbits(w, 32, symmetric, 4, "search", np.linspace(0.1, 2, k))
+    inits = [numpy_helper.from_array(b, "B"), numpy_helper.from_array(scales, "S")]
+    inputs = ["x", "B", "S"]
+    if zero_points is not None:
+        inits.append(numpy_helper.from_array(zero_points, "Z"))
+        inputs.append("Z")
+    node = helper.make_node("MatMulNBits", inputs, ["y"], domain="com.microsoft", K=k, N=n, bits=4, block_size=32)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = rng.standard_normal((3, k)).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], x @ dequantize(qz), rtol=1e-4, atol=1e-4)
+
+
+def test_an_unknown_method_is_refused() -> None:
+    with pytest.raises(ValueError, match="method"):
+        QuantSpec(4, True, "block", 0, 32, "gptq").validate()

@@ -72,7 +72,9 @@ def test_int4_onnx_target_needs_opset_21_unless_allowed() -> None:
     dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"]
     assert len(dq) == 2 and all(any(a.name == "block_size" for a in n.attribute) for n in dq)
     codes = {t.name: t.data_type for t in result.model.graph.initializer}
-    assert TensorProto.INT4 in codes.values()
+    assert TensorProto.UINT4 in codes.values()  # int4's default: zero points (asymmetric)
+    symmetric = gsrewrite.compress(_mlp(opset=17), "int4", target="onnx", allow_opset_upgrade=True, symmetric=True)
+    assert TensorProto.INT4 in {t.data_type for t in symmetric.model.graph.initializer}
     _runs(result.model)
 
 
@@ -239,3 +241,76 @@ def test_int4_quantizes_a_tied_lm_head_read_through_a_transpose() -> None:
     expected = x @ weight.T
     cosine = float((got * expected).sum() / np.linalg.norm(got) / np.linalg.norm(expected))
     assert cosine > 0.99
+
+
+def _tied(hidden: int = 64, vocab: int = 300) -> onnx.ModelProto:
+    """ids -> Gather(table) -> MatMul -> logits through the tied table (Transpose + MatMul), embedding as output."""
+    rng = np.random.default_rng(7)
+    table = rng.standard_normal((vocab, hidden)).astype(np.float32)
+    w = (rng.standard_normal((hidden, hidden)) / 8).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("MatMul", ["e", "w"], ["h"], name="mlp"),
+         helper.make_node("Transpose", ["table"], ["tt"], perm=[1, 0], name="tie"),
+         helper.make_node("MatMul", ["h", "tt"], ["logits"], name="lm_head")], "tied",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+@pytest.mark.parametrize(("symmetric", "head_bits"), [(True, 4), (False, 4), (False, 8)])
+def test_a_tied_table_is_quantized_once_for_the_head_and_the_gather(symmetric: bool, head_bits: int) -> None:
+    """The Gather reads the head's codes, scales and zero points through GatherBlockQuantized; its rows are the
+    head's dequantized weight rows, exactly; head_bits 8 puts both at 8 bits, the other weights staying at 4."""
+    model = _tied()
+    table = numpy_helper.to_array(model.graph.initializer[0])
+    result = gsrewrite.compress(model, "int4", symmetric=symmetric, head_bits=head_bits, min_elements=1,
+                                min_top1=0.0)
+    nodes = {n.op_type: n for n in result.model.graph.node}
+    gather, head = nodes["GatherBlockQuantized"], next(n for n in result.model.graph.node
+                                                      if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits") for n in result.model.graph.node
+            if n.op_type in ("MatMulNBits", "GatherBlockQuantized")}
+    assert bits[gather.name] == bits[head.name] == head_bits and sorted(bits.values()).count(4) >= 1
+    assert list(gather.input[2:]) == list(head.input[2:]) and len(gather.input) == (3 if symmetric else 4)
+    assert not any(t.name == "table" for t in result.model.graph.initializer)
+    assert any("quantized once" in note for note in result.notes), result.notes
+    session = ort.InferenceSession(result.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ids = np.arange(table.shape[0], dtype=np.int64)
+    rows = session.run(["e"], {"ids": ids})[0]  # every row of the table through the Gather
+    step = np.abs(table).max(axis=1, keepdims=True) / (7 if head_bits == 4 else 127)
+    assert np.all(np.abs(rows - table) <= step + 1e-6)
+    probe = helper.make_graph([helper.make_node("MatMulNBits", list(head.input), ["y"], domain="com.microsoft",
+                                                **{a.name: helper.get_attribute_value(a) for a in head.attribute})],
+                              "probe", [helper.make_tensor_value_info(head.input[0], TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [t for t in result.model.graph.initializer if t.name in head.input])
+    alone = helper.make_model(probe, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    y = ort.InferenceSession(alone.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {head.input[0]: np.eye(64, dtype=np.float32)})[0]
+    np.testing.assert_allclose(y.T, rows, rtol=1e-5, atol=1e-5)  # the head's weight is the Gather's table
+
+
+def test_a_hidden_size_the_block_does_not_divide_keeps_the_copy_and_says_why() -> None:
+    result = gsrewrite.compress(_tied(hidden=48), "int4", min_elements=1, min_top1=0.0, min_cosine=0.9)
+    assert "GatherBlockQuantized" not in {n.op_type for n in result.model.graph.node}
+    assert any("not a multiple of the block size" in note for note in result.notes), result.notes
+
+
+def test_cli_passes_the_quantizer_options(tmp_path: Path) -> None:
+    model = tmp_path / "m.onnx"
+    onnx.save(_tied(), model)
+    done = CliRunner().invoke(main, ["compress", str(model), str(tmp_path / "q.onnx"), "-s", "int4", "--method",
+                                     "rtn", "--symmetric", "--head-bits", "8", "--accuracy-level", "4",
+                                     "--no-activations", "--bench-runs", "0", "--min-top1", "0", "--json"])
+    assert done.exit_code == 0, done.output
+    data = json.loads(done.stdout)
+    assert data["options"] == {"symmetric": True, "method": "rtn", "activations": False, "accuracy_level": 4,
+                               "head_bits": "8"}
+    nodes = onnx.load(tmp_path / "q.onnx").graph.node
+    assert {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"} \
+        == {4}
+    assert any("round to nearest" in note for note in data["notes"]), data["notes"]
