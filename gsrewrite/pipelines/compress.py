@@ -51,7 +51,7 @@ from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
 from gsrewrite.stages import release_memory, stage, weights
 from gsrewrite.validation.criteria import Criterion
-from gsrewrite.validation.report import OutputComparison, describe_failures
+from gsrewrite.validation.report import LISTED_FAILURES, OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
@@ -136,8 +136,12 @@ class CompressResult:
         return not self.validated or all(o.ok for o in self.outputs)
 
     def failures(self) -> str:
-        """``label: 80% agree (400 of 500), need >= 99%; y: ...``: the outputs out of tolerance and why."""
-        return "; ".join(describe_failures(o, self.criterion) for o in self.outputs if not o.ok)
+        """``label: 80% agree (400 of 500), need >= 99%; y: ...``: the outputs out of tolerance and why (the first
+        :data:`~gsrewrite.validation.report.LISTED_FAILURES`, the rest counted: one line stays readable)."""
+        failed = [o for o in self.outputs if not o.ok]
+        text = "; ".join(describe_failures(o, self.criterion) for o in failed[:LISTED_FAILURES])
+        return text + (f"; and {len(failed) - LISTED_FAILURES} more output(s)" if len(failed) > LISTED_FAILURES
+                       else "")
 
     def report_blocks(self) -> Report:
         """Sizes (and latency) before/after, the strategy's notes, what the output graph holds, each output against
