@@ -42,8 +42,8 @@ _WHERE: dict[str, str] = {
     # a write of a temp file that runs out of room: one line naming the folder (NoSpaceError), is_full(exc)
     **dict.fromkeys(("writing", "is_full"), "gsrewrite.model_io.disk_space"),
     "copy_fields": "gsrewrite.graph.core",  # every set field of one protobuf message into another, but some
-    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
-    "dim_mul": "gsrewrite.graph.symdim:mul",
+    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.shapes.symdim"),
+    "dim_mul": "gsrewrite.shapes.symdim:mul",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),
 }

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, imported on first use: importing one submodule (dims for `memory`)
     # must not import every other one (the validator, onnxruntime's runner, numpy.random)
-    from gsrewrite.graph.input_shapes import InputShapes, parse_input_shapes
+    from gsrewrite.shapes.input_shapes import InputShapes, parse_input_shapes
     from gsrewrite.validation.criteria import Criterion
     from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
     from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
@@ -31,8 +31,8 @@ if TYPE_CHECKING:  # the names below, imported on first use: importing one submo
 
 #: public name -> the module that defines it
 _LAZY = {
-    "InputShapes": "gsrewrite.graph.input_shapes",
-    "parse_input_shapes": "gsrewrite.graph.input_shapes",
+    "InputShapes": "gsrewrite.shapes.input_shapes",
+    "parse_input_shapes": "gsrewrite.shapes.input_shapes",
     "Criterion": "gsrewrite.validation.criteria",
     "load_npz": "gsrewrite.validation.given_inputs",
     "prepare_inputs": "gsrewrite.validation.given_inputs",
