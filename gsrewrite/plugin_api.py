@@ -9,14 +9,10 @@ Names are resolved on first use, so that importing a plugin (every CLI start) st
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from gsrewrite import _lazy
 
-if TYPE_CHECKING:
-    pass
-
-#: public name -> module holding it
-_WHERE: dict[str, str] = {
+#: public name -> module holding it ("module:attribute" when the facade renames it)
+_LAZY: dict[str, str] = {
     "hookimpl": "gsrewrite.hookspecs",
     "CheckFailed": "gsrewrite.engine.match",
     "Match": "gsrewrite.engine.match",
@@ -48,18 +44,6 @@ _WHERE: dict[str, str] = {
                      "Tolerance"), "gsrewrite.protocols"),
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gsrewrite.plugin_api' has no attribute {name!r}")
-    module, _, attribute = module.partition(":")  # "module:attribute" when the facade renames it
-    value = getattr(importlib.import_module(module), attribute or name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = _lazy.facade(__name__, _LAZY, __all__)

@@ -12,8 +12,9 @@ generated and the memory budget.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gsrewrite import _lazy
 
 if TYPE_CHECKING:  # the names below, imported on first use: importing one submodule (dims for `memory`)
     # must not import every other one (the validator, onnxruntime's runner, numpy.random)
@@ -75,14 +76,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gsrewrite.validation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: the next access does not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy.facade(__name__, _LAZY, __all__)
