@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 import gsrewrite
-from gsrewrite.graph.symbolic_shapes import parse_input_shapes
+from gsrewrite.shapes.walk import parse_input_shapes
 
 
 def _inputs(model: onnx.ModelProto, batch: int, seq: int) -> dict[str, np.ndarray]:

@@ -4,9 +4,10 @@ Runs the CLI in this process under ``sys.setprofile`` (every thread) and records
 project module (``gsrewrite``, ``gsrewrite_builtins``, ``gsrewrite_patterns``) into another; what modules do while
 they are imported (module bodies and what they call) is not the request and is left out. The layers are those of
 the ``gsrewrite layers`` contract in ``pyproject.toml`` ([tool.importlinter]); the modules outside it are placed as
-they are called: ``gsrewrite`` itself and ``gsrewrite.plugin_api`` (facades) have no layer, and the plugins (the
-built-in ones, the pattern families, the CLI's own commands ``gsrewrite.cli.commands``) are transparent: a call a
-plugin makes is a call from the layered module that called the plugin (a hook's dispatch, a named check). Counted:
+they are called: ``gsrewrite`` itself, ``gsrewrite.plugin_api`` and ``gsrewrite._lazy`` (the facades and their
+mechanism) have no layer, and the plugins (the built-in ones, the pattern families, the CLI's own commands
+``gsrewrite.cli.commands``) are transparent: a call a plugin makes is a call from the layered module that called
+the plugin (a hook's dispatch, a named check). Counted:
 
 - **modules**: project modules with at least one call, and the **folders** holding them;
 - **climbs**: distinct caller -> callee module pairs where the callee sits in a higher layer than its caller (a
@@ -40,7 +41,7 @@ import tomllib
 HERE = Path(__file__).resolve().parent
 PROJECT = ("gsrewrite", "gsrewrite_builtins", "gsrewrite_patterns")
 PLUGINS = ("gsrewrite_builtins", "gsrewrite_patterns", "gsrewrite.cli.commands")
-FACADES = ("gsrewrite", "gsrewrite.plugin_api")
+FACADES = ("gsrewrite", "gsrewrite.plugin_api", "gsrewrite._lazy")  # _lazy: the facades' __getattr__
 
 
 def contract_layers(pyproject: Path) -> list[list[str]]:

@@ -10,9 +10,7 @@ The public API is small and imported lazily (onnxruntime is slow to import)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from gsrewrite import _lazy
 from gsrewrite._version import __version__
 
 # public name -> module that defines it
@@ -46,13 +44,5 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gsrewrite' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+# not kept on the module: each access reads the defining module's name as it is now
+__getattr__, __dir__ = _lazy.facade(__name__, _LAZY, __all__, keep=False)

@@ -9,14 +9,10 @@ Names are resolved on first use, so that importing a plugin (every CLI start) st
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from gsrewrite import _lazy
 
-if TYPE_CHECKING:
-    pass
-
-#: public name -> module holding it
-_WHERE: dict[str, str] = {
+#: public name -> module holding it ("module:attribute" when the facade renames it)
+_LAZY: dict[str, str] = {
     "hookimpl": "gsrewrite.hookspecs",
     "CheckFailed": "gsrewrite.engine.match",
     "Match": "gsrewrite.engine.match",
@@ -42,24 +38,12 @@ _WHERE: dict[str, str] = {
     # a write of a temp file that runs out of room: one line naming the folder (NoSpaceError), is_full(exc)
     **dict.fromkeys(("writing", "is_full"), "gsrewrite.model_io.disk_space"),
     "copy_fields": "gsrewrite.graph.core",  # every set field of one protobuf message into another, but some
-    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
-    "dim_mul": "gsrewrite.graph.symdim:mul",
+    **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.shapes.symdim"),
+    "dim_mul": "gsrewrite.shapes.symdim:mul",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gsrewrite.plugin_api' has no attribute {name!r}")
-    module, _, attribute = module.partition(":")  # "module:attribute" when the facade renames it
-    value = getattr(importlib.import_module(module), attribute or name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = _lazy.facade(__name__, _LAZY, __all__)

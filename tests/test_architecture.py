@@ -74,7 +74,36 @@ def test_a_lazy_name_of_the_plugin_facade_is_an_import_the_contracts_check(monke
 
     reach, layers = _contract("the plugin facade reaches"), _contract("gsrewrite layers")
     assert reach.check(_graph(), verbose=False).kept and layers.check(_graph(), verbose=False).kept
-    monkeypatch.setitem(facade._WHERE, "RewriteResult", "gsrewrite.pipelines.apply")
+    monkeypatch.setitem(facade._LAZY, "RewriteResult", "gsrewrite.pipelines.apply")
     assert not reach.check(_graph(), verbose=False).kept
-    monkeypatch.setitem(facade._WHERE, "console", "gsrewrite.cli._output")
+    monkeypatch.setitem(facade._LAZY, "console", "gsrewrite.cli._output")
+    assert not layers.check(_graph(), verbose=False).kept
+
+
+def test_the_three_facades_are_found_and_no_module_makes_lazy_names_another_way():
+    """Every module ``__getattr__`` of gsrewrite, the built-in plugins and the pattern families comes from
+    gsrewrite._lazy.facade, whose tables the contracts read; the three facades are among them."""
+    import ast
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        import import_contracts
+    finally:
+        sys.path.remove(str(ROOT))
+    by_hand = [name for name, path in import_contracts.module_files().items()
+               if any(isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+                      for node in ast.parse(path.read_text(encoding="utf-8")).body)]
+    assert by_hand == []
+    assert {"gsrewrite", "gsrewrite.plugin_api", "gsrewrite.validation"} <= set(import_contracts.facades())
+    lazy = {(facade, imported) for facade, imported, _, _ in import_contracts.lazy_imports()}
+    assert ("gsrewrite.validation", "gsrewrite.validation.validator") in lazy
+
+
+def test_a_lazy_name_of_the_validation_facade_is_an_import_the_contracts_check(monkeypatch):
+    """validation/__init__'s table is under the layers too: naming a pipelines module there breaks them."""
+    import gsrewrite.validation as facade
+
+    layers = _contract("gsrewrite layers")
+    assert layers.check(_graph(), verbose=False).kept
+    monkeypatch.setitem(facade._LAZY, "RewriteResult", "gsrewrite.pipelines.apply")
     assert not layers.check(_graph(), verbose=False).kept

@@ -15,7 +15,7 @@ import pytest
 from onnx import numpy_helper
 
 from gsrewrite.errors import ValidationError
-from gsrewrite.graph.dim_relations import solve_input_dims
+from gsrewrite.shapes.dim_relations import solve_input_dims
 from gsrewrite.validation import validate
 from gsrewrite.validation.dims import LONG_PAST, input_dims
 from gsrewrite.validation.sizes import CHUNK_TOKENS

@@ -80,7 +80,7 @@ def test_a_write_past_the_room_left_is_one_line_and_leaves_nothing(tmp_path: Pat
 
 def test_a_full_temp_folder_is_a_no_space_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from gsrewrite.errors import NoSpaceError
-    from gsrewrite.model_io import scratch
+    from gsrewrite.model_io import scratch, spill
     from gsrewrite.model_io.weights import weights_from
 
     def full(*args: object) -> int:
@@ -88,7 +88,7 @@ def test_a_full_temp_folder_is_a_no_space_error(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
-    monkeypatch.setattr(scratch.os, "pwrite", full)
+    monkeypatch.setattr(spill.os, "pwrite", full)  # the one writer of spill files
     with pytest.raises(NoSpaceError, match=f"scratch file.* in '{tmp_path}': no space left on the device; TMPDIR"), \
             weights_from(tmp_path):
         scratch.spill("w", np.ones(1 << 19, np.float32))

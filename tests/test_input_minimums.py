@@ -1,4 +1,4 @@
-"""Generated inputs start at sizes the graph's ops accept (gsrewrite/graph/dim_minimums.py: a reflect Pad needs more
+"""Generated inputs start at sizes the graph's ops accept (gsrewrite/shapes/dim_minimums.py: a reflect Pad needs more
 than its pads, a convolution its window), with dims tied inside If branches too (a recurrent state's batch):
 validate, optimize, bench and shapes --check run a VAD-like model through the installed console script, which its
 16 generated samples failed (``Pad reflect: pre-pad (64) exceeds maximum allowed (15)``)."""

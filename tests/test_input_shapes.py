@@ -1,5 +1,5 @@
 """One ``--input-shape`` for every command: one grammar (``NAME:2x16``, ``NAME:2,16``, brackets, expressions,
-``SYMBOL=INT``), one parser (gsrewrite.graph.input_shapes), one option declaration, and names checked against the
+``SYMBOL=INT``), one parser (gsrewrite.shapes.input_shapes), one option declaration, and names checked against the
 model with a did-you-mean. The CLI is run as users run it: the installed console script, in a subprocess."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import onnx
 import pytest
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes, check_names, parse_input_shapes
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.input_shapes import InputShapes, as_input_shapes, check_names, parse_input_shapes
 from gsrewrite.testing import model_from_text
 
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"

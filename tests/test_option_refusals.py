@@ -91,7 +91,7 @@ def test_a_size_past_any_tensor_is_refused_before_anything_is_printed(tmp_path: 
 
 def test_a_size_past_any_tensor_is_a_usage_error_in_the_library() -> None:
     from gsrewrite.errors import UsageError
-    from gsrewrite.graph.input_shapes import as_input_shapes
+    from gsrewrite.shapes.input_shapes import as_input_shapes
 
     for given in ({"batch": 2**70}, {"x": [2, 2**63]}, {"x": ["batch*" + "9" * 30]}):
         with pytest.raises(UsageError, match="2\\*\\*62"):

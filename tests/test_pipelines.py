@@ -249,3 +249,20 @@ def _module_of(name: str) -> str:
         if candidate.with_suffix(".py").exists() or (candidate / "__init__.py").exists():
             return ".".join(parts[:end])
     return name
+
+
+def test_one_binary_search_names_the_smallest_failing_prefix_for_validation_and_compress():
+    """``first_failing`` (validate_and_bisect's and compress's node bisection): the last index of the smallest
+    failing prefix; a budget that runs out names nobody."""
+    from gsrewrite.pipelines.bisect import first_failing
+
+    steps = list("abcdefg")
+    probes: list[list[str]] = []
+
+    def fails(prefix: list[str]) -> bool:
+        probes.append(prefix)
+        return "e" in prefix
+
+    assert first_failing(steps, fails) == 4 and len(probes) <= 3
+    assert first_failing(steps, fails, more=lambda: False) is None
+    assert first_failing(["x"], fails) == 0 and first_failing([], fails) is None

@@ -21,7 +21,6 @@ from click.testing import CliRunner
 from gsrewrite import plugin_hooks
 from gsrewrite.cli import main
 from gsrewrite.errors import DuplicateNameError, PluginError, UsageError
-from gsrewrite.graph.symdim import sym
 from gsrewrite.plugin_manager import (
     get_plugin_manager,
     plugin_record,
@@ -31,6 +30,7 @@ from gsrewrite.plugin_manager import (
 )
 from gsrewrite.protocols import CompressionStrategy, GraphPass, OpCost, OpProfiler, Tolerance
 from gsrewrite.registry import NamedRegistry
+from gsrewrite.shapes.symdim import sym
 
 HOOKIMPL = "from gsrewrite.hookspecs import hookimpl\n"
 GOOD = """

@@ -15,9 +15,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import gsrewrite
 from gsrewrite.cli import main
-from gsrewrite.graph.symbolic_shapes import parse_input_shapes
-from gsrewrite.graph.symdim import sym
 from gsrewrite.profiling.costs import profile_model
+from gsrewrite.shapes.symdim import sym
+from gsrewrite.shapes.walk import parse_input_shapes
 
 F = TensorProto.FLOAT
 

@@ -9,8 +9,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import gsrewrite
-from gsrewrite.graph.symdim import sym
 from gsrewrite.profiling import subgraphs
+from gsrewrite.shapes.symdim import sym
 
 OPSET = [helper.make_opsetid("", 17)]
 

@@ -16,8 +16,8 @@ import pytest
 from hostile.runner import GSREWRITE
 
 import gsrewrite
-from gsrewrite.graph import symdim
 from gsrewrite.profiling.costs import item_bits
+from gsrewrite.shapes import symdim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 

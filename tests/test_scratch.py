@@ -167,9 +167,9 @@ def _holds_scratch(pid: int, temp: Path) -> bool:
 
 def test_without_proc_the_scratch_file_is_named_by_its_pid_and_stale_ones_are_swept(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gsrewrite.model_io import scratch
+    from gsrewrite.model_io import spill as spill_files  # the scratch file is a spill file read by path
 
-    monkeypatch.setattr(scratch, "_OWN_FDS", str(tmp_path / "no-proc"))
+    monkeypatch.setattr(spill_files, "_OWN_FDS", str(tmp_path / "no-proc"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = tmp_path / "gsrewrite-scratch-999999999-x.bin"  # no such process
     dead.write_bytes(b"left by a killed run")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.shapes import annotate_node as annotate
+from gsrewrite.shapes.handlers import annotate_node as annotate
 
 F32 = np.dtype(np.float32)
 

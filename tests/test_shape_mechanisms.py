@@ -17,8 +17,8 @@ import pytest
 from hostile.runner import GSREWRITE
 from onnx import TensorProto, helper, numpy_helper
 
-from gsrewrite.graph.symbolic_shapes import infer_symbolic, parse_input_shapes, shape_text
 from gsrewrite.pipelines.shape_check import check_shapes
+from gsrewrite.shapes.walk import infer_symbolic, parse_input_shapes, shape_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 

@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from gsrewrite.graph.symbolic_shapes import infer_symbolic
 from gsrewrite.pipelines.shape_check import check_shapes
+from gsrewrite.shapes.walk import infer_symbolic
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 

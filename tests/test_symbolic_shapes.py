@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, parse_input_shapes, shape_text
-from gsrewrite.graph.symdim import ceil_div, dim_max, evaluate, parse, sym
 from gsrewrite.pipelines.shape_check import check_shapes
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.symdim import ceil_div, dim_max, evaluate, parse, sym
+from gsrewrite.shapes.walk import annotate, infer_symbolic, parse_input_shapes, shape_text
 
 F = TensorProto.FLOAT
 b, s, h = sym("batch"), sym("seq"), sym("h")
@@ -117,10 +117,10 @@ def test_exporter_shape_arithmetic_keeps_reshape_targets_symbolic() -> None:
 
 
 def test_the_one_entry_point_completes_what_onnx_leaves_unknown() -> None:
-    """ONNX types Range/TopK outputs with unknown dims; graph.inference.infer_shapes (graph import, extract,
+    """ONNX types Range/TopK outputs with unknown dims; shapes.inference.infer_shapes (graph import, extract,
     validation's memory estimate) fills them from the symbolic walk."""
-    from gsrewrite.graph.inference import infer_shapes
-    from gsrewrite.graph.shapes import onnx_and_handlers
+    from gsrewrite.shapes.handlers import onnx_and_handlers
+    from gsrewrite.shapes.inference import infer_shapes
 
     inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in
              (("i1", 1), ("z", 0), ("one", 1), ("ax", [0]), ("k", [3]))]
@@ -170,7 +170,7 @@ def test_nested_loop_bodies_are_walked_within_a_budget(monkeypatch: pytest.Monke
 
     from onnx import TensorProto as T
 
-    from gsrewrite.graph.symbolic_shapes import MAX_BODY_WORK, _Walk
+    from gsrewrite.shapes.walk import MAX_BODY_WORK, _Walk
 
     def body(inner: list[onnx.NodeProto]) -> onnx.GraphProto:
         return helper.make_graph(

@@ -427,7 +427,7 @@ def test_run_failure_on_generated_inputs_names_them():
 
 def test_dynamic_dims_grow_until_the_original_runs():
     # a 300-sample convolution (an audio feature extractor): the graph says 300 samples are the fewest it takes
-    # (graph/dim_minimums.py), so the generated inputs start there
+    # (shapes/dim_minimums.py), so the generated inputs start there
     conv = make_model(
         [helper.make_node("Conv", ["x", "w"], ["y"], strides=[100])],
         [_vi("x", F, ["batch", 1, "samples"])],

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from gsrewrite.graph.input_shapes import InputShapes
+    from gsrewrite.shapes.input_shapes import InputShapes
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -41,7 +41,7 @@ report_option = click.option(
          "patterns did not fire, what it bought (counts, size, MACs, memory, validation).")
 inputs_option = click.option("--inputs", "inputs", default=None, metavar="FILE.npz",
                              help="Input arrays (keys = input names) instead of generated inputs.")
-#: ``--input-shape`` (repeatable), one grammar for every command (:mod:`gsrewrite.graph.input_shapes`): the command
+#: ``--input-shape`` (repeatable), one grammar for every command (:mod:`gsrewrite.shapes.input_shapes`): the command
 #: receives ``input_shape``, the values as typed (so that ``-j N`` hands them to its worker processes as they
 #: were), and reads them with :func:`input_shapes`
 input_shape_option = click.option(
@@ -110,7 +110,7 @@ def validation_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def input_shapes(specs: tuple[str, ...]) -> InputShapes | None:
     """``--input-shape`` values parsed (one line and exit 2 on bad syntax), None when none was given."""
-    from gsrewrite.graph.input_shapes import parse_input_shapes
+    from gsrewrite.shapes.input_shapes import parse_input_shapes
 
     return parse_input_shapes(specs) or None
 

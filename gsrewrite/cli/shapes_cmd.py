@@ -26,8 +26,8 @@ def shapes(model: str, input_shape: tuple[str, ...], show_all: bool, check: bool
     """Infer the shape of every tensor of MODEL, with dynamic dims as expressions of the input dims
     (batch, seq, seq*2, (h - 3)//2 + 1)."""
     from gsrewrite.errors import OutputError, ValidationError
-    from gsrewrite.graph.symbolic_shapes import annotate, infer_symbolic, shape_text
     from gsrewrite.model_io import check_output_path, load_model, save_model
+    from gsrewrite.shapes.walk import annotate, infer_symbolic, shape_text
 
     given = input_shapes(input_shape)
 

@@ -20,8 +20,8 @@ from gsrewrite.engine.acyclic import Positions, cycle_reason
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
 from gsrewrite.graph.core import NameSource, constant_values, made_values
-from gsrewrite.graph.shapes import annotate_node
 from gsrewrite.patterns.template import Capture, TNode
+from gsrewrite.shapes.handlers import annotate_node
 
 _A = onnx.AttributeProto
 

@@ -7,8 +7,11 @@
   nodes on constants and folding them within a budget;
 * :mod:`~gsrewrite.graph.rewiring`, :mod:`~gsrewrite.graph.noops`, :mod:`~gsrewrite.graph.twins`,
   :mod:`~gsrewrite.graph.constant_nodes`: small edits both layers make (bypassing no-ops, merging equal nodes,
-  Constant nodes to initializers).
+  Constant nodes to initializers);
+* :mod:`~gsrewrite.graph.subgraph`: the self-contained part of a model between tensors (``extract``).
 
-Layers (checked by import-linter, see ``[tool.importlinter]`` in pyproject.toml): cli > pipelines >
-engine | simplifier | validation | profile | compress > patterns > graph > model_io.
+What a tensor's shape is (ONNX's inference, the plugin shape handlers, the symbolic walk) is the layer below,
+:mod:`gsrewrite.shapes`; graph import asks it once (:func:`gsrewrite.shapes.inference.infer_shapes`).
+
+Layers: the ``gsrewrite layers`` contract of ``[tool.importlinter]`` in pyproject.toml (docs/design.md, "Layers").
 """

@@ -20,7 +20,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.core import copy_fields, import_onnx, lazy_values
-from gsrewrite.graph.inference import infer_shapes
+from gsrewrite.shapes.inference import infer_shapes
 
 log = logging.getLogger(__name__)
 

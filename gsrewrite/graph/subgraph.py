@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph.inference import infer_shapes
+from gsrewrite.shapes.inference import infer_shapes
 
 
 def cut(model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -> onnx.ModelProto:

@@ -10,18 +10,17 @@ which cannot, is given those payloads as arrays mapped from the file (``validati
 request hands its result back, :func:`gsrewrite.model_io.weights.inlined` puts the payloads back into the model
 (the scratch file is removed when the request ends), so a caller never sees a reference to it.
 
-The scratch file is a temporary file of its own (never in the user's folders), created on the first payload and
-removed when the outermost binding ends; bindings nest (an inner request shares the outer one's file). On Linux it
-is unlinked as soon as it is created and read through ``/proc/self/fd/N``: a killed process (SIGKILL, an
-out-of-memory kill) leaves nothing behind. Elsewhere it is named ``gsrewrite-scratch-<pid>-...`` and the first
-scratch file of a later process removes those whose process is gone.
+The scratch file is a :class:`~gsrewrite.model_io.spill.SpillFile` (never in the user's folders), created on the
+first payload and removed when the outermost binding ends; bindings nest (an inner request shares the outer one's
+file). On Linux it is unlinked as soon as it is created and read through ``/proc/self/fd/N``: a killed process
+(SIGKILL, an out-of-memory kill) leaves nothing behind. Elsewhere it is named ``gsrewrite-scratch-<pid>-...`` and
+the first scratch file of a later process removes those whose process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
+import mmap
 import uuid
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -29,15 +28,10 @@ from contextvars import ContextVar
 import numpy as np
 from onnx import TensorProto, helper
 
-from gsrewrite.model_io.disk_space import writing
+from gsrewrite.model_io.spill import SpillFile
 
 #: arrays of at least this many bytes go to the scratch file when exported
 SPILL_BYTES = 1 << 20
-#: payload alignment in the scratch file
-_ALIGN = 64
-_PREFIX = "gsrewrite-scratch-"
-#: where an open file of this process can be opened again by path, even once unlinked (Linux)
-_OWN_FDS = "/proc/self/fd"
 _CURRENT: ContextVar[Scratch | None] = ContextVar("gsrewrite_scratch", default=None)
 
 
@@ -46,64 +40,23 @@ class Scratch:
 
     def __init__(self) -> None:
         self.token = f"gsrewrite-scratch-{uuid.uuid4().hex}.bin"
-        self.path: str | None = None
-        self._fd: int | None = None
-        self._size = 0
+        self.file = SpillFile("the request's scratch file (weights a rewrite made)", "gsrewrite-scratch-",
+                              by_path=True)
+
+    @property
+    def path(self) -> str | None:
+        """Where readers open the file (None before the first payload)."""
+        return self.file.path
 
     def write(self, data: bytes | memoryview) -> tuple[int, int]:
         """Append ``data``; returns its (offset, length). A full temp folder is a
         :class:`~gsrewrite.errors.NoSpaceError`."""
-        with writing("the request's scratch file (weights a rewrite made)"):
-            if self._fd is None:
-                self._fd, self.path = _create()
-            offset = self._size + (-self._size % _ALIGN)
-            view = memoryview(data).cast("B")
-            written = 0
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], offset + written)
-        self._size = offset + len(view)
-        return offset, len(view)
+        offset = self.file.append(data)
+        return offset, self.file.size - offset
 
     def close(self) -> None:
         """Remove the file (close it: an unlinked one is gone then)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self.path is not None and not self.path.startswith(_OWN_FDS):
-            with contextlib.suppress(OSError):
-                os.unlink(self.path)
-        self.path = None
-
-
-def _create() -> tuple[int, str]:
-    """A new scratch file: its descriptor and the path readers open (see the module doc)."""
-    if os.path.isdir(_OWN_FDS):
-        fd, path = tempfile.mkstemp(prefix=_PREFIX, suffix=".bin")
-        os.unlink(path)  # from now on only this process's descriptor holds it
-        return fd, f"{_OWN_FDS}/{fd}"
-    _remove_stale()
-    return tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".bin")
-
-
-def _remove_stale() -> None:
-    """Remove the named scratch files (no /proc) of processes that are gone."""
-    folder = tempfile.gettempdir()
-    with contextlib.suppress(OSError), os.scandir(folder) as entries:
-        for entry in entries:
-            pid = entry.name[len(_PREFIX):].partition("-")[0]
-            if entry.name.startswith(_PREFIX) and pid.isdigit() and not _alive(int(pid)):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except PermissionError:  # another user's process
-        return True
-    except (OSError, OverflowError):  # gone, or no such pid at all
-        return False
-    return True
+        self.file.close()
 
 
 @contextlib.contextmanager
@@ -127,6 +80,12 @@ def resolve(location: str) -> str | None:
     """The scratch file's path when ``location`` is the bound scratch file's token, else None."""
     scratch = _CURRENT.get()
     return scratch.path if scratch is not None and location == scratch.token else None
+
+
+def mapped() -> mmap.mmap | None:
+    """A read-only map of the bound scratch file as written so far (None when nothing is bound or written)."""
+    scratch = _CURRENT.get()
+    return scratch.file.map() if scratch is not None and scratch.file.size else None
 
 
 def is_scratch(tensor: TensorProto) -> bool:

@@ -1,4 +1,5 @@
-"""The one validate-and-bisect loop: for patterns (``apply``), passes (``simplify``), and any list of steps.
+"""The one validate-and-bisect loop: for patterns (``apply``), passes (``simplify``), and any list of steps; its
+binary search, :func:`first_failing`, is compress's too (nodes).
 
 The original model runs once (:class:`Checker`, on a worker thread); every candidate is compared with those
 outputs. A candidate onnxruntime cannot load or run is a *failed* candidate (a bug in a step, not in the user's
@@ -154,14 +155,27 @@ def validate_and_bisect(first: Candidate[Detail], steps: Sequence[Step],
     return outcome
 
 
-def _first_failing(active: list[Step], build: Callable[[list[Step]], Candidate[Any]], check: Checker) -> Step:
-    """The last step of the smallest prefix of ``active`` whose candidate fails validation."""
-    low, high = 1, len(active)
-    while low < high:
+def first_failing(steps: Sequence[Step], fails: Callable[[list[Step]], bool],
+                  more: Callable[[], bool] | None = None) -> int | None:
+    """The index of the last step of the smallest prefix of ``steps`` for which ``fails`` holds (the whole list is
+    known to fail): the one binary search of validation (patterns, passes) and of compress (nodes). ``more``, asked
+    before each probe, may cut the search short: None then (no culprit named)."""
+    low, high = 1, len(steps)
+    while low < high and (more is None or more()):
         mid = (low + high) // 2
-        candidate = build(active[:mid])
-        if candidate.changed and not check(candidate.model).ok:
+        if fails(list(steps[:mid])):
             high = mid
         else:
             low = mid + 1
-    return active[high - 1]
+    return high - 1 if low >= high and steps else None
+
+
+def _first_failing(active: list[Step], build: Callable[[list[Step]], Candidate[Any]], check: Checker) -> Step:
+    """The last step of the smallest prefix of ``active`` whose candidate fails validation."""
+    def fails(prefix: list[Step]) -> bool:
+        candidate = build(prefix)
+        return candidate.changed and not check(candidate.model).ok
+
+    index = first_failing(active, fails)
+    assert index is not None
+    return active[index]

@@ -44,6 +44,7 @@ from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
 from gsrewrite.model_io.tensors import initializer_bytes
 from gsrewrite.model_io.weights import has_references, inlined, materialized, weights_from
+from gsrewrite.pipelines.bisect import first_failing
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.pipelines.options import TOLERANCE_FIELDS
 from gsrewrite.protocols import CompressionStrategy, Tolerance
@@ -430,16 +431,10 @@ def _bisect(result: CompressResult, strategy: Any, original: onnx.ModelProto, op
             result.file_bytes = (result.file_bytes[0], serialized_size(result.model))
             result.weight_bytes = (result.weight_bytes[0], weight_bytes(result.model))
             return
-        low, high = 1, len(candidates)  # the smallest failing prefix length
-        while low < high and more():
-            middle = (low + high) // 2
-            if passes(candidates[:middle])[0]:
-                low = middle + 1
-            else:
-                high = middle
-        if low < high:  # the search was cut short: it named no culprit
+        index = first_failing(candidates, lambda prefix: not passes(prefix)[0], more)
+        if index is None:  # the search was cut short: it named no culprit
             break
-        culprit = candidates.pop(low - 1)
+        culprit = candidates.pop(index)
         excluded.append(culprit)
         log.info("compression of %s breaks the tolerance: left uncompressed", culprit)
     result.excluded = excluded

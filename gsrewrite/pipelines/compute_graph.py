@@ -21,10 +21,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from gsrewrite.graph import symdim
-from gsrewrite.graph.shape_rules import Info
-from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, shape_text
 from gsrewrite.pipelines.shape_check import ShapeCheck, check_shapes
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.rules import Info
+from gsrewrite.shapes.walk import InputShapes, SymbolicShapes, infer_symbolic, shape_text
 
 log = logging.getLogger(__name__)
 

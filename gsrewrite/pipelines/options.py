@@ -20,8 +20,8 @@ import onnx
 from gsrewrite.errors import UsageError
 
 if TYPE_CHECKING:
-    from gsrewrite.graph.input_shapes import ShapeSpec
     from gsrewrite.patterns.registry import PatternRegistry
+    from gsrewrite.shapes.input_shapes import ShapeSpec
 
 
 #: weights up to which the reference run overlaps the cleanup and the rewrite: it made small models 3-10% faster

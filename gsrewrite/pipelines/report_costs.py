@@ -64,11 +64,11 @@ def costs(before: onnx.ModelProto, after: onnx.ModelProto, size_before: int | No
 def _counted(model: onnx.ModelProto, label: str, notes: list[str]) -> _Counted | None:
     """MACs and the activation arena of ``model`` at validation's sample sizes; None (and a note) when they
     cannot be counted."""
-    from gsrewrite.graph.symbolic_shapes import infer_symbolic
     from gsrewrite.profiling.analysis import default_bindings
     from gsrewrite.profiling.costs import profile_model
     from gsrewrite.profiling.memory import plan_memory
     from gsrewrite.profiling.subgraphs import inline_functions
+    from gsrewrite.shapes.walk import infer_symbolic
     from gsrewrite.stages import stage
 
     try:
@@ -89,6 +89,6 @@ def _counted(model: onnx.ModelProto, label: str, notes: list[str]) -> _Counted |
 
 
 def _text(value: Any) -> str:
-    from gsrewrite.graph import symdim
+    from gsrewrite.shapes import symdim
 
     return symdim.text(value)

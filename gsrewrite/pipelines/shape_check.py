@@ -20,8 +20,8 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import CannotValidateError, InputDataError, ValidationError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.symbolic_shapes import SymbolicShapes, infer_symbolic
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.walk import SymbolicShapes, infer_symbolic
 from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.input_sets import fit_budget
 from gsrewrite.validation.inputs import generate_inputs, plan_inputs

@@ -13,13 +13,13 @@ from typing import Any
 
 import onnx
 
-from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, as_input_shapes
-from gsrewrite.graph.symbolic_shapes import SymbolicShapes, infer_symbolic
 from gsrewrite.profiling.costs import Profile, profile_model
 from gsrewrite.profiling.memory import MemoryPlan
 from gsrewrite.profiling.memory import plan_memory as plan
 from gsrewrite.profiling.subgraphs import inline_functions
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.input_shapes import InputShapes, as_input_shapes
+from gsrewrite.shapes.walk import SymbolicShapes, infer_symbolic
 from gsrewrite.stages import stage
 
 ModelArg = onnx.ModelProto | str | os.PathLike
@@ -41,12 +41,12 @@ def load(model: ModelArg, *, load_external_data: bool = True) -> onnx.ModelProto
 
 
 def input_shapes(value: ShapesArg) -> InputShapes:
-    """Normalize the accepted forms of input shapes (:func:`gsrewrite.graph.input_shapes.as_input_shapes`)."""
+    """Normalize the accepted forms of input shapes (:func:`gsrewrite.shapes.input_shapes.as_input_shapes`)."""
     return as_input_shapes(value)
 
 
 def infer_shapes(model: ModelArg, shapes: ShapesArg = None) -> SymbolicShapes:
-    """Symbolic shapes of every tensor (see :mod:`gsrewrite.graph.symbolic_shapes`)."""
+    """Symbolic shapes of every tensor (see :mod:`gsrewrite.shapes.walk`)."""
     return infer_symbolic(load(model, load_external_data=False), input_shapes(shapes))
 
 

@@ -1,7 +1,7 @@
 """Per-node cost of a model: MACs (through the ``gsrewrite_profile_op`` profilers), parameters, weight bytes,
 activation bytes and weight sparsity, with totals and per-op-type sums.
 
-Shapes come from :func:`gsrewrite.graph.symbolic_shapes.infer_symbolic`: with dynamic inputs every count is an
+Shapes come from :func:`gsrewrite.shapes.walk.infer_symbolic`: with dynamic inputs every count is an
 expression in the input dims (a polynomial in ``seq``), and :meth:`Profile.bind` evaluates it at given sizes.
 
 * ``params``: elements of the node's constant inputs (initializers and ``Constant`` outputs); the total counts
@@ -37,13 +37,14 @@ from onnx import numpy_helper
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite import plugin_hooks
-from gsrewrite.graph import shape_values, symdim
-from gsrewrite.graph.shape_rules import Info
-from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic, value_info
-from gsrewrite.graph.symdim import DimValue, Expr
 from gsrewrite.model_io.graph_walk import node_subgraphs
 from gsrewrite.model_io.weightless import external_range
 from gsrewrite.profiling import subgraphs
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes import values as shape_values
+from gsrewrite.shapes.rules import Info
+from gsrewrite.shapes.symdim import DimValue, Expr
+from gsrewrite.shapes.walk import InputShapes, SymbolicShapes, infer_symbolic, value_info
 from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)

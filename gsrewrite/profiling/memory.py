@@ -26,10 +26,10 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.symbolic_shapes import SymbolicShapes
 from gsrewrite.model_io.graph_walk import may_hold_graphs, node_subgraphs
 from gsrewrite.profiling.costs import item_bits
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.walk import SymbolicShapes
 
 ALIGNMENT = 64
 ALIAS_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})

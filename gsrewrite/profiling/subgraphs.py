@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 
 import onnx
 
-from gsrewrite.graph.symbolic_shapes import SymbolicShapes, value_info
 from gsrewrite.model_io.functions import expanded_nodes
 from gsrewrite.model_io.graph_walk import iter_nodes, node_subgraphs
+from gsrewrite.shapes.walk import SymbolicShapes, value_info
 
 log = logging.getLogger(__name__)
 

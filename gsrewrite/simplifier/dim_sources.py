@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.symdim import DimValue, symbol_name
+from gsrewrite.shapes.symdim import DimValue, symbol_name
 from gsrewrite.simplifier.symbolic import Origin, named
 
 

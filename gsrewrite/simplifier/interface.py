@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 import onnx
 
 from gsrewrite.errors import UsageError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, ShapeSpec, as_input_shapes, check_names
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.input_shapes import InputShapes, ShapeSpec, as_input_shapes, check_names
 
 
 def with_input_shapes(model: onnx.ModelProto, input_shapes: ShapeSpec | None) -> onnx.ModelProto:

@@ -19,7 +19,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.rewiring import ConstantPool
-from gsrewrite.graph.symdim import DimValue
+from gsrewrite.shapes.symdim import DimValue
 from gsrewrite.simplifier.dim_sources import DimSources
 from gsrewrite.simplifier.symbolic import ShapeValues
 

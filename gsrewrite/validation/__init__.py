@@ -12,12 +12,13 @@ generated and the memory budget.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gsrewrite import _lazy
 
 if TYPE_CHECKING:  # the names below, imported on first use: importing one submodule (dims for `memory`)
     # must not import every other one (the validator, onnxruntime's runner, numpy.random)
-    from gsrewrite.graph.input_shapes import InputShapes, parse_input_shapes
+    from gsrewrite.shapes.input_shapes import InputShapes, parse_input_shapes
     from gsrewrite.validation.criteria import Criterion
     from gsrewrite.validation.given_inputs import load_npz, prepare_inputs
     from gsrewrite.validation.inputs import InputPlan, generate_inputs, plan_inputs
@@ -31,8 +32,8 @@ if TYPE_CHECKING:  # the names below, imported on first use: importing one submo
 
 #: public name -> the module that defines it
 _LAZY = {
-    "InputShapes": "gsrewrite.graph.input_shapes",
-    "parse_input_shapes": "gsrewrite.graph.input_shapes",
+    "InputShapes": "gsrewrite.shapes.input_shapes",
+    "parse_input_shapes": "gsrewrite.shapes.input_shapes",
     "Criterion": "gsrewrite.validation.criteria",
     "load_npz": "gsrewrite.validation.given_inputs",
     "prepare_inputs": "gsrewrite.validation.given_inputs",
@@ -75,14 +76,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gsrewrite.validation' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: the next access does not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy.facade(__name__, _LAZY, __all__)

@@ -2,7 +2,7 @@
 inputs (validation, bench, ``shapes --check``, extract, calibration).
 
 Dims are symbols (``batch``, ``sequence``), expressions the model declares (``past_sequence + sequence``) or
-unnamed. Some follow from others (:mod:`gsrewrite.graph.dim_relations`: a decoder's ``attention_mask`` spans the
+unnamed. Some follow from others (:mod:`gsrewrite.shapes.dim_relations`: a decoder's ``attention_mask`` spans the
 past and the new tokens); only the free symbols get sizes, by role:
 
 * ``batch``: the name says batch, or the first dim of an input of rank >= 2 (not named like a sequence): 2;
@@ -27,10 +27,10 @@ import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError
-from gsrewrite.graph import symdim
-from gsrewrite.graph.dim_relations import DimSolution, solve_input_dims, substitute, with_relation
-from gsrewrite.graph.input_shapes import as_input_shapes, check_names
-from gsrewrite.graph.symdim import DimValue
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.dim_relations import DimSolution, solve_input_dims, substitute, with_relation
+from gsrewrite.shapes.input_shapes import as_input_shapes, check_names
+from gsrewrite.shapes.symdim import DimValue
 from gsrewrite.validation.index_bounds import gather_index_bounds
 from gsrewrite.validation.memory import MemoryBudgetError, budget_in_force, format_bytes
 from gsrewrite.validation.shapes import BATCH_DEFAULT, OTHER_DEFAULT, ShapeSpec, default_dim
@@ -87,7 +87,7 @@ class InputDims:
             role = self.roles.get(name, "sequence")
             if name in self.fixed:
                 out[name] = self.fixed[name]
-            else:  # at least what the graph's ops accept (a reflect Pad's length: graph/dim_minimums.py)
+            else:  # at least what the graph's ops accept (a reflect Pad's length: shapes/dim_minimums.py)
                 size = BATCH_DEFAULT if role == "batch" else 1 if name in new else other
                 out[name] = max(size, self.solution.minimums.get(name, 0))
         return out

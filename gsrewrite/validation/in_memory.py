@@ -4,7 +4,7 @@ onnxruntime parses a serialized model and copies every initializer out of the bu
 whole is one more model-sized copy while its session is created. Instead the graph is serialized with its large
 initializers marked as external data, and the weights are given to the session as arrays
 (``SessionOptions.add_external_initializers``): views of the model's serialized bytes when the caller has them,
-else each payload copied once into a scratch file (an unlinked temporary file) and viewed through a memory map.
+else each payload copied once into a spill file (:mod:`gsrewrite.model_io.spill`) and viewed through a memory map.
 onnxruntime 1.32 copies them into its own buffers at session creation, but its API documents them as used in
 place, so they are kept alive as long as the session; the scratch pages are dropped from memory once the session
 exists (:meth:`InMemoryModel.session_created`): they are clean file pages, read back from the file should
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +26,9 @@ import numpy as np
 import onnx
 
 from gsrewrite.graph.core import copy_fields
-from gsrewrite.model_io.disk_space import writing
-from gsrewrite.model_io.scratch import is_scratch, resolve
+from gsrewrite.model_io.scratch import is_scratch
+from gsrewrite.model_io.scratch import mapped as scratch_map
+from gsrewrite.model_io.spill import SpillFile, drop_pages
 from gsrewrite.model_io.wire import initializer_payloads
 
 #: Initializers with at least this many bytes of ``raw_data`` are passed as arrays.
@@ -43,8 +43,6 @@ _NUMPY_TYPES: dict[int, type] = {
     onnx.TensorProto.UINT32: np.uint32, onnx.TensorProto.UINT64: np.uint64, onnx.TensorProto.BOOL: np.bool_,
 }
 _LOCATION = "gsrewrite-in-memory"
-#: payload alignment in the scratch file
-_ALIGN = 64
 
 
 @dataclass
@@ -62,8 +60,7 @@ class InMemoryModel:
         """onnxruntime has taken the arrays: drop the scratch file's pages from the resident set (they are read
         back from the file if onnxruntime uses them in place after all)."""
         for mapped in self.maps:
-            if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-                mapped.madvise(mmap.MADV_DONTNEED)
+            drop_pages(mapped)
 
     def add_to(self, options: Any) -> None:
         """Register the arrays with onnxruntime ``SessionOptions``; this object must outlive the session."""
@@ -88,7 +85,7 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
     if not made and sum(_nbytes(t) for t in large) < MIN_TOTAL_BYTES:
         return None
     chosen = {id(t) for t in (*large, *made)}
-    request_map = _request_scratch_map(made)
+    request_map = scratch_map() if made else None
     light = onnx.ModelProto()
     copy_fields(light, model, skip=("graph",))
     copy_fields(light.graph, model.graph, skip=("initializer",))
@@ -97,8 +94,7 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
     payloads = initializer_payloads(data) if data is not None else None
     if payloads is not None and len(payloads) != len(model.graph.initializer):
         payloads = None
-    with writing("a copy of the model's weights for onnxruntime"), \
-            tempfile.TemporaryFile(prefix="gsrewrite-weights-") as scratch:
+    with SpillFile("a copy of the model's weights for onnxruntime", "gsrewrite-weights-") as copies:
         for index, tensor in enumerate(model.graph.initializer):
             if id(tensor) not in chosen:
                 light.graph.initializer.append(tensor)
@@ -117,10 +113,7 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
                 if len(raw) != _nbytes(tensor):  # not what it declares: onnxruntime sees it as it is
                     light.graph.initializer.append(tensor)
                     continue
-                offset = -scratch.tell() % _ALIGN
-                scratch.write(b"\0" * offset)
-                place = (scratch.tell(), len(raw))
-                scratch.write(raw)
+                place = (copies.append(raw), len(raw))
                 del raw
             stub = light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
             stub.data_location = onnx.TensorProto.EXTERNAL
@@ -131,8 +124,7 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
             serialized = light.SerializeToString()
         except ValueError:  # the graph without its large weights is still over 2 GB
             return None
-        scratch.flush()
-        mapped = mmap.mmap(scratch.fileno(), 0, access=mmap.ACCESS_READ) if scratch.tell() else None
+        mapped = copies.map() if copies.size else None
     arrays = []
     for tensor, place in views:
         if isinstance(place, tuple):
@@ -141,16 +133,6 @@ def in_memory_model(model: onnx.ModelProto, data: bytes | None = None) -> InMemo
         arrays.append(np.frombuffer(place, dtype=_NUMPY_TYPES[tensor.data_type]).reshape(tuple(tensor.dims)))
     maps = [m for m in (mapped, request_map) if m is not None]
     return InMemoryModel(serialized, names, arrays, maps=maps)
-
-
-def _request_scratch_map(made: list[onnx.TensorProto]) -> mmap.mmap | None:
-    """A read-only map of the request's scratch file, when ``made`` refers to it."""
-    if not made:
-        return None
-    path = resolve(next(e.value for e in made[0].external_data if e.key == "location"))
-    assert path is not None
-    with open(path, "rb") as file:
-        return mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:

@@ -2,22 +2,20 @@
 
 A decoder's reference outputs are large: GPT-2 base keeps ~170 MB of logits and presents over its 18 validation
 runs (6 input sets at each of 3 sizes), two thirds of its weights again. A run's outputs of at least
-:data:`SPILL_BYTES` are written to an unlinked scratch file and read back through a memory map; after a
-comparison has read them, :meth:`KeptOutputs.release` drops their pages from the resident set (clean file pages,
-read again from the file by the next comparison). Smaller outputs, and outputs that are not plain arrays
-(sequences), stay in memory as they are.
+:data:`SPILL_BYTES` are written to a spill file (:mod:`gsrewrite.model_io.spill`) and read back through a memory
+map; after a comparison has read them, :meth:`KeptOutputs.release` drops their pages from the resident set
+(clean file pages, read again from the file by the next comparison). Smaller outputs, and outputs that are not
+plain arrays (sequences), stay in memory as they are.
 """
 
 from __future__ import annotations
 
-import contextlib
 import mmap
-import tempfile
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
-from gsrewrite.model_io.disk_space import writing
+from gsrewrite.model_io.spill import SpillFile, drop_pages
 
 #: a run's array outputs of at least this many bytes in all go to the scratch file
 SPILL_BYTES = 8 << 20
@@ -34,7 +32,7 @@ class KeptOutputs:
 
     def __init__(self, spill_bytes: int | None = None) -> None:
         self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
-        self._file: IO[bytes] | None = None
+        self._file = SpillFile("validation's reference outputs", "gsrewrite-outputs-")
         self._maps: list[mmap.mmap] = []
 
     def keep(self, outputs: dict[str, Any]) -> dict[str, Any]:
@@ -44,24 +42,14 @@ class KeptOutputs:
                   if isinstance(value, np.ndarray) and value.dtype != object and value.nbytes}
         if sum(a.nbytes for a in arrays.values()) < self.spill_bytes:
             return outputs
-        with writing("validation's reference outputs"):
-            return self._spilled(outputs, arrays)
+        return self._spilled(outputs, arrays)
 
     def _spilled(self, outputs: dict[str, Any], arrays: dict[str, np.ndarray]) -> _Spilled:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="gsrewrite-outputs-")  # noqa: SIM115 (lives with self)
         file = self._file
-        start = file.seek(0, 2)
-        start += -start % mmap.ALLOCATIONGRANULARITY  # a map starts on the granularity
-        file.truncate(start)
-        file.seek(start)
-        places: dict[str, int] = {}
-        for name, array in arrays.items():
-            file.write(b"\0" * (-file.tell() % 64))
-            places[name] = file.tell() - start
-            file.write(np.ascontiguousarray(array).tobytes())
-        file.flush()
-        mapped = mmap.mmap(file.fileno(), file.tell() - start, access=mmap.ACCESS_READ, offset=start)
+        start = file.boundary()  # this run's outputs get a map of their own
+        places = {name: file.append(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data) - start
+                  for name, array in arrays.items()}
+        mapped = file.map(start)
         self._maps.append(mapped)
         kept = _Spilled(outputs)
         for name, array in arrays.items():
@@ -74,12 +62,9 @@ class KeptOutputs:
     def release(outputs: dict[str, Any]) -> None:
         """A comparison has read ``outputs``: their scratch pages leave the resident set (a no-op for outputs kept
         in memory)."""
-        if isinstance(outputs, _Spilled) and hasattr(mmap, "MADV_DONTNEED"):
-            outputs.mapped.madvise(mmap.MADV_DONTNEED)
+        if isinstance(outputs, _Spilled):
+            drop_pages(outputs.mapped)
 
     def close(self) -> None:
         """Remove the scratch file (the kept views must not be read afterwards)."""
-        if self._file is not None:
-            with contextlib.suppress(OSError):  # a write that failed (a full disk) fails again in close's flush
-                self._file.close()
-            self._file = None
+        self._file.close()

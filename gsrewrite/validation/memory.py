@@ -25,8 +25,8 @@ import onnx
 from onnx import helper
 
 from gsrewrite.errors import InputDataError
-from gsrewrite.graph.inference import infer_shapes
 from gsrewrite.model_io.external_data import available_memory
+from gsrewrite.shapes.inference import infer_shapes
 
 log = logging.getLogger(__name__)
 

@@ -109,7 +109,7 @@ def prefill_plan(model: onnx.ModelProto, dims: InputDims) -> PrefillPlan | None:
 
 
 def _symbols(dim: Any) -> list[str]:
-    from gsrewrite.graph import symdim
+    from gsrewrite.shapes import symdim
 
     return list(symdim.symbols(dim))
 

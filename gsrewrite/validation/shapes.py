@@ -5,7 +5,7 @@ Rules (see ``docs/validation.md``):
 * ``{"input_ids": (1, 128)}`` (``--input-shape input_ids:1x128``) fixes a whole input; its symbolic dims
   (``batch``, ``sequence``) are bound for every other input that uses the same names.
 * ``{"batch": 2}`` (``batch=2``) binds a symbolic dim name wherever it appears. A name that is neither an input
-  nor a dim name of the model is an error (:func:`gsrewrite.graph.input_shapes.check_names`).
+  nor a dim name of the model is an error (:func:`gsrewrite.shapes.input_shapes.check_names`).
 * Other dynamic dims: **2** when batch-like (the name contains ``batch``, or it is the first dim of an
   input of rank >= 2 and its name does not look like a sequence: ``seq``, ``len``, ``time``, ``step``,
   ``token``), **16** otherwise. One symbolic name gets one size across all inputs. When the original model
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gsrewrite.errors import InputDataError
-from gsrewrite.graph.input_shapes import ShapeSpec, as_input_shapes, check_names
+from gsrewrite.shapes.input_shapes import ShapeSpec, as_input_shapes, check_names
 from gsrewrite.validation.signature import Dim, InputSpec
 
 #: Default size of a batch-like dynamic dim (2 rather than 1, so that batch mix-ups show).

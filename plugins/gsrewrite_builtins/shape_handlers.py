@@ -2,7 +2,7 @@
 ``gsrewrite_infer_shape`` hook like any plugin's.
 
 ONNX shape inference does not know ``com.microsoft`` ops; the one shape-inference entry point
-(:mod:`gsrewrite.graph.shapes`) asks the handlers for them, on import and for a replacement's new nodes (a later
+(:mod:`gsrewrite.shapes.handlers`) asks the handlers for them, on import and for a replacement's new nodes (a later
 pattern of the same rewrite, ``linear-3d`` reading an attention output, needs the shape to prove anything).
 These rules give what onnxruntime's own schemas say, from the inputs' known types; an output whose rule cannot
 tell (an input's shape unknown) stays untyped.

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from gsrewrite.graph import symdim
 from gsrewrite.graph.conversion import to_graph
+from gsrewrite.shapes import symdim
 from gsrewrite.simplifier.symbolic import propagate
 from gsrewrite.testing import model_from_text, op_counts
 

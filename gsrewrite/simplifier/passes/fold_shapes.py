@@ -1,6 +1,6 @@
 """``fold-shapes``: shape subgraphs (``Shape -> Gather/Slice -> Unsqueeze -> Concat -> Reshape``) folded.
 
-With the symbolic values of :mod:`gsrewrite.simplifier.symbolic` (dims as :mod:`gsrewrite.graph.symdim` expressions):
+With the symbolic values of :mod:`gsrewrite.simplifier.symbolic` (dims as :mod:`gsrewrite.shapes.symdim` expressions):
 
 1. a shape tensor whose value is static (every dim it reads is known) becomes a constant, even when the
    tensor it measures has dynamic dims elsewhere;
@@ -24,7 +24,7 @@ import onnx_graphsurgeon as gs
 
 from gsrewrite.graph.core import NameSource
 from gsrewrite.graph.rewiring import ConstantPool, is_standard
-from gsrewrite.graph.symdim import DimValue
+from gsrewrite.shapes.symdim import DimValue
 from gsrewrite.simplifier.passes.base import SimplifyPass
 from gsrewrite.simplifier.shape_builder import ShapeBuilder
 from gsrewrite.simplifier.symbolic import Element, ShapeValues, SymValue, dim_of, named, propagate, readable

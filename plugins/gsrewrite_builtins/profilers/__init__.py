@@ -13,7 +13,7 @@ Conventions (docs/profile.md):
   exporters emit them, so fusing does not change a model's total.
 * Ops that only move data (Reshape, Transpose, Gather, Concat, ...) count 0 MACs.
 
-Shapes may be symbolic: dims are ``int`` or :mod:`gsrewrite.graph.symdim` expressions (``str`` dims of a
+Shapes may be symbolic: dims are ``int`` or :mod:`gsrewrite.shapes.symdim` expressions (``str`` dims of a
 plain graphsurgeon node are read as expressions too), and MACs are then expressions in the input dims.
 """
 

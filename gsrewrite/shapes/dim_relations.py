@@ -6,7 +6,7 @@ agree: the mask's bias is added to scores over ``past_sequence + sequence`` keys
 that sum. Inputs drawn with each symbol on its own are rejected by the model.
 
 :func:`solve_input_dims` finds those relations the way a shape checker would: it walks the graph symbolically
-(:mod:`gsrewrite.graph.symbolic_shapes`) and collects the places where two dims must be equal (broadcasting
+(:mod:`gsrewrite.shapes.walk`) and collects the places where two dims must be equal (broadcasting
 operands where neither is 1, the contracted dims of a MatMul, the kept axes of a Concat), then solves every
 relation that is linear in one of the input symbols (``total_sequence = past_sequence + sequence``; ``sequence =
 1`` from a declared ``past_sequence + 1``), substitutes, and walks again until nothing new is found. Dim
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from gsrewrite.graph import symdim
-from gsrewrite.graph.dim_minimums import minimum_sizes
-from gsrewrite.graph.shape_rules import Dim, Info
-from gsrewrite.graph.symbolic_shapes import InputShapes, SymbolicShapes, infer_symbolic
-from gsrewrite.graph.symdim import DimValue, Expr, Sym
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.dim_minimums import minimum_sizes
+from gsrewrite.shapes.rules import Dim, Info
+from gsrewrite.shapes.symdim import DimValue, Expr, Sym
+from gsrewrite.shapes.walk import InputShapes, SymbolicShapes, infer_symbolic
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class DimSolution:
     suggested: list[tuple[DimValue, DimValue]] = field(default_factory=list)
     #: sums of input symbols the graph computes over (``past_sequence + sequence``), most used first
     sums: list[Expr] = field(default_factory=list)
-    #: free symbol -> the smallest size the graph's ops accept (:mod:`gsrewrite.graph.dim_minimums`)
+    #: free symbol -> the smallest size the graph's ops accept (:mod:`gsrewrite.shapes.dim_minimums`)
     minimums: dict[str, int] = field(default_factory=dict)
 
     def value(self, dim: DimValue, bindings: Mapping[str, int]) -> int:

@@ -1,6 +1,6 @@
 """The one shape-inference entry point, :func:`infer_shapes`: ONNX's inference and the plugin shape handlers
-(:func:`gsrewrite.graph.shapes.onnx_and_handlers`), then, for the main-graph tensors still untyped, the symbolic
-walk (:mod:`gsrewrite.graph.symbolic_shapes`), whose expressions become ``dim_param`` text. Graph import,
+(:func:`gsrewrite.shapes.handlers.onnx_and_handlers`), then, for the main-graph tensors still untyped, the symbolic
+walk (:mod:`gsrewrite.shapes.walk`), whose expressions become ``dim_param`` text. Graph import,
 ``extract``, validation's memory estimate and (through graph import) simplify's shape folding call it; the
 analysis commands call the symbolic walk directly for the expressions themselves.
 """
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import onnx
 
-from gsrewrite.graph.shapes import onnx_and_handlers
-from gsrewrite.graph.symbolic_shapes import infer_symbolic, value_info
+from gsrewrite.shapes.handlers import onnx_and_handlers
+from gsrewrite.shapes.walk import infer_symbolic, value_info
 
 log = logging.getLogger(__name__)
 

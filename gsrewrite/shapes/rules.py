@@ -1,9 +1,9 @@
 """Symbolic shape rules of the standard ONNX ops: output shapes (and the values of small tensors, the shape
-arithmetic exporters emit, :mod:`gsrewrite.graph.shape_values`) from the inputs', with dims as
-:mod:`gsrewrite.graph.symdim` expressions.
+arithmetic exporters emit, :mod:`gsrewrite.shapes.values`) from the inputs', with dims as
+:mod:`gsrewrite.shapes.symdim` expressions.
 
 A rule gets a :class:`NodeView` and returns one :class:`Info` per output, ``None`` where it cannot tell; the
-engine (:mod:`gsrewrite.graph.symbolic_shapes`) falls back to ONNX's own inference there. Rules never raise
+engine (:mod:`gsrewrite.shapes.walk`) falls back to ONNX's own inference there. Rules never raise
 on odd input: a shape they do not understand is "unknown", not an error.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from gsrewrite.graph import shape_values as values
-from gsrewrite.graph.shape_values import MAX_VALUE_LENGTH, Element, Frac, Value, constant_value
-from gsrewrite.graph.symdim import DimValue, Expr, ceil_div, dim_max, dim_min, floor_div, mul
-from gsrewrite.graph.symdim import add as dim_add
-from gsrewrite.graph.symdim import sub as dim_sub
+from gsrewrite.shapes import values
+from gsrewrite.shapes.symdim import DimValue, Expr, ceil_div, dim_max, dim_min, floor_div, mul
+from gsrewrite.shapes.symdim import add as dim_add
+from gsrewrite.shapes.symdim import sub as dim_sub
+from gsrewrite.shapes.values import MAX_VALUE_LENGTH, Element, Frac, Value, constant_value
 
 __all__ = ["MAX_VALUE_LENGTH", "RULES", "Dim", "Info", "NodeView", "Shape", "Value", "constant_value"]
 

@@ -1,9 +1,9 @@
-"""The values of the small tensors exporters compute shapes with, for :mod:`gsrewrite.graph.shape_rules`.
+"""The values of the small tensors exporters compute shapes with, for :mod:`gsrewrite.shapes.rules`.
 
 A tracked value is the tensor's elements: one element for a scalar, a flat row-major list otherwise (its shape
 is the tensor's, static, of at most :data:`MAX_VALUE_LENGTH` elements). An element is
 
-* an ``int`` or a :mod:`~gsrewrite.graph.symdim` expression: a size or index (``Shape(x)[2]`` is ``height``);
+* an ``int`` or a :mod:`~gsrewrite.shapes.symdim` expression: a size or index (``Shape(x)[2]`` is ``height``);
 * a :class:`Frac`: the exact value of float shape arithmetic that is not an integer (``Cast(height) / 2``, the
   ``ceil(h / stride)`` of "same" padding, a Resize scale ``out / in``), floored, ceiled or truncated back into
   an integer later;
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from gsrewrite.graph import symdim
-from gsrewrite.graph.symdim import DimValue, Expr
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.symdim import DimValue, Expr
 
 #: longest tensor whose value is tracked (elements)
 MAX_VALUE_LENGTH = 64

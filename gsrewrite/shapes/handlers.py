@@ -1,6 +1,6 @@
 """ONNX's inference (made safe for hostile models, in :mod:`gsrewrite.model_io.shape_inference`) and the
 ``gsrewrite_infer_shape`` hook for the nodes ONNX does not know (custom domains: onnxruntime's contrib ops, a
-plugin's own ops): the first stage of the one entry point, :func:`gsrewrite.graph.inference.infer_shapes`.
+plugin's own ops): the first stage of the one entry point, :func:`gsrewrite.shapes.inference.infer_shapes`.
 
 * :func:`onnx_and_handlers` (a model): ONNX inference; then every plugin handler is asked about the main graph's
   custom-domain nodes whose outputs are still untyped, their answers become ``value_info``, and ONNX inference
@@ -53,7 +53,7 @@ class ShapeContext:
 
 def onnx_and_handlers(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.ModelProto:
     """ONNX inference, then the shape handlers for custom-domain outputs, a few rounds (the symbolic walk's
-    fallback; everyone else calls :func:`gsrewrite.graph.inference.infer_shapes`)."""
+    fallback; everyone else calls :func:`gsrewrite.shapes.inference.infer_shapes`)."""
     inferred = _copy_if_same(model, onnx_infer_shapes(model, data_prop=data_prop))
     for _ in range(MAX_ROUNDS):
         if not _ask_handlers(inferred):

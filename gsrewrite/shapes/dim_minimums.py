@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import onnx
 
-from gsrewrite.graph.shape_rules import Info
-from gsrewrite.graph.symbolic_shapes import SymbolicShapes
-from gsrewrite.graph.symdim import DimValue, Sym
+from gsrewrite.shapes.rules import Info
+from gsrewrite.shapes.symdim import DimValue, Sym
+from gsrewrite.shapes.walk import SymbolicShapes
 
 #: ops with a sliding window: kernel from the weight (Conv) or the attribute ``kernel_shape`` (pools)
 _WINDOWED = frozenset({"Conv", "MaxPool", "AveragePool", "LpPool"})

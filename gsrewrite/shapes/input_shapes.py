@@ -25,8 +25,8 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import UsageError, did_you_mean
-from gsrewrite.graph import symdim
-from gsrewrite.graph.symdim import DimValue
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.symdim import DimValue
 
 #: The largest size ``--input-shape`` takes (a dim, a symbol's size, a number in an expression): a tensor of two
 #: such dims is past what int64 (onnxruntime's and ONNX's sizes) can count already

@@ -1,16 +1,16 @@
 """Symbolic shape inference: every tensor's dims as expressions in the input dims (``batch``, ``seq``,
 ``seq*2``, ``(h - 3)//2 + 1``), for the ``shapes``, ``profile``, ``memory`` and ``compute-graph`` commands.
 
-One walk over the main graph in topological order applies :mod:`gsrewrite.graph.shape_rules` to the standard
+One walk over the main graph in topological order applies :mod:`gsrewrite.shapes.rules` to the standard
 ops (tracking the values of the small integer tensors exporters compute shapes with: ``Shape -> Gather ->
 Concat -> Reshape`` gives ``[batch, seq, 12, 64]``, not four unknowns) and asks the ``gsrewrite_infer_shape``
 plugin handlers about custom-domain ops, with symbolic dims in the shapes they get. Where neither knows an
 output (an op without a rule, a control-flow op), the answer of ONNX's own inference (run once first, through
-:func:`gsrewrite.graph.shapes.onnx_and_handlers`) is used, its unnamed dims becoming fresh
+:func:`gsrewrite.shapes.handlers.onnx_and_handlers`) is used, its unnamed dims becoming fresh
 symbols. A dim ONNX knows statically wins over an expression.
 
 Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
-``INPUT_AXIS`` symbol) or from the caller (:mod:`gsrewrite.graph.input_shapes`: ``ids:2,seq`` sets an input's
+``INPUT_AXIS`` symbol) or from the caller (:mod:`gsrewrite.shapes.input_shapes`: ``ids:2,seq`` sets an input's
 dims, ``seq=128`` binds a symbol everywhere; a name the model does not have is an error).
 """
 
@@ -31,13 +31,13 @@ import onnx_graphsurgeon as gs
 from onnx import numpy_helper
 
 from gsrewrite import plugin_hooks
-from gsrewrite.graph import symdim
-from gsrewrite.graph.input_shapes import InputShapes, check_declared, check_names, model_symbols
-from gsrewrite.graph.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
-from gsrewrite.graph.shape_rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
-from gsrewrite.graph.shapes import STANDARD_DOMAINS, ShapeContext
-from gsrewrite.graph.shapes import onnx_and_handlers as infer_types
-from gsrewrite.graph.symdim import DimValue, Expr
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.handlers import STANDARD_DOMAINS, ShapeContext
+from gsrewrite.shapes.handlers import onnx_and_handlers as infer_types
+from gsrewrite.shapes.input_shapes import InputShapes, check_declared, check_names, model_symbols
+from gsrewrite.shapes.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
+from gsrewrite.shapes.rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
+from gsrewrite.shapes.symdim import DimValue, Expr
 
 log = logging.getLogger(__name__)
 
