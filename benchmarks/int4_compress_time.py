@@ -50,9 +50,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from gsrewrite.model_io.weights import weights_from
-    from gsrewrite.pipelines.bench import bench_phases, decoder_phases
+    from gsrewrite.pipelines.bench import bench_phases
     from gsrewrite.pipelines.compress import weight_bytes, with_accuracy_level
     from gsrewrite.pipelines.options import Source
+    from gsrewrite.validation.phases import decoder_phases
 
     print("## Compress time and accuracy_level\n")
     for path in args.models:

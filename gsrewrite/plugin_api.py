@@ -27,6 +27,7 @@ _LAZY: dict[str, str] = {
     "PatternError": "gsrewrite.errors",
     "UsageError": "gsrewrite.errors",
     "generated_inputs": "gsrewrite.validation.input_sets",
+    "decoder_phases": "gsrewrite.validation.phases",
     "run_once": "gsrewrite.validation.runner",
     "model_session": "gsrewrite.validation.runner",
     "load_npz_files": "gsrewrite.validation.npz_files",

@@ -41,7 +41,8 @@ def bench(models: tuple[str, ...], runs: int | None, warmup: int | None, time_bu
     from gsrewrite.errors import OutputError
     from gsrewrite.model_io import check_output_path, load_model
     from gsrewrite.pipelines.bench import bench as run
-    from gsrewrite.pipelines.bench import bench_inputs, decoder_phases
+    from gsrewrite.pipelines.bench import bench_inputs
+    from gsrewrite.validation.phases import decoder_phases
 
     if save_optimized is not None:
         if os.path.exists(save_optimized):

@@ -483,11 +483,12 @@ class _Timed:
 def _time_original(baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int) -> _Timed:
     """The original's latency per phase (a decoder's decode step and prefill, else one run on validation's sample
     inputs), timed before the strategy runs: its session never shares memory with the compressed model."""
-    from gsrewrite.pipelines.bench import Phase, bench_inputs, decoder_phases
+    from gsrewrite.pipelines.bench import Phase, bench_inputs
+    from gsrewrite.validation import phases as decoder
 
     proto = getattr(baseline, "proto", baseline)
     with stage("benchmarking the original"):
-        phases = decoder_phases(proto, input_shapes) if inputs is None else None
+        phases = decoder.decoder_phases(proto, input_shapes) if inputs is None else None
         if phases is None:
             phases = [Phase("run", bench_inputs(proto, inputs, input_shapes), 0, 0)]
         timed = _Timed(baseline, phases, {p.name: PhaseTimes() for p in phases})

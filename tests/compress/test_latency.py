@@ -19,6 +19,7 @@ from gsrewrite.pipelines import bench as bench_module
 from gsrewrite.pipelines import compress as compress_module
 from gsrewrite.pipelines.bench import BenchResult, Timing
 from gsrewrite.pipelines.compress import PhaseTimes, slower_beyond_noise
+from gsrewrite.validation import phases as phases_module
 
 LLAMA_KV = Path(__file__).resolve().parents[1] / "fixtures" / "models" / "llama.dynamo_kv.onnx"
 RELAXED = {"min_cosine": 0.5, "min_top1": 0.0, "min_agreement": 0.0}
@@ -104,7 +105,7 @@ def test_a_decoder_is_judged_on_its_decode_step(monkeypatch: pytest.MonkeyPatch)
     prefill 1.6x slower does not refuse a result whose decode step is faster (what int4 is for), and says so."""
     calls: list[tuple[str, str]] = []
     shapes: dict[str, dict[str, Any]] = {}
-    real = bench_module.decoder_phases
+    real = phases_module.decoder_phases
 
     def phases(*args: Any, **kwargs: Any) -> Any:
         found = real(*args, **kwargs)
@@ -112,7 +113,7 @@ def test_a_decoder_is_judged_on_its_decode_step(monkeypatch: pytest.MonkeyPatch)
         shapes.update({p.name: {k: v.shape for k, v in p.feed.items()} for p in found})
         return found
 
-    monkeypatch.setattr(bench_module, "decoder_phases", phases)
+    monkeypatch.setattr(phases_module, "decoder_phases", phases)
     speed = {"decode": 0.5, "prefill": 1.6}
     _fake_bench(monkeypatch, lambda label, _, phase: 1e-3 * (1.0 if label == "original" else speed[phase]), calls)
     result = gsrewrite.compress(str(LLAMA_KV), "int4", bench_runs=3, min_elements=1, accuracy_level=0, **RELAXED)

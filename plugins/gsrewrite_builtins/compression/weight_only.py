@@ -500,8 +500,7 @@ def _activation_statistics(model: onnx.ModelProto, calibration: Any) -> dict[str
 
             feeds = list(_calibration_feeds(model, calibration, 0))
         else:
-            from gsrewrite.pipelines.bench import decoder_phases
-            from gsrewrite.plugin_api import generated_inputs
+            from gsrewrite.plugin_api import decoder_phases, generated_inputs
 
             phases = decoder_phases(model)
             feeds = [phases[1].feed] if phases else generated_inputs(model, 4)
