@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.core import may_hold_subgraphs
+from gsrewrite.graph.core import may_hold_subgraphs, topological_order
 
 _INF = float("inf")
 
@@ -134,37 +134,13 @@ def _trail(parent: dict[int, tuple[gs.Node, int | None]], last: int) -> list[gs.
 
 
 def _number(nodes: list[gs.Node]) -> dict[int, float]:
-    """Positions in a topological order (an iterative depth-first walk, producers first); nodes on a cycle or
-    after a node holding subgraphs (whose outer-scope reads are edges no tensor shows) get none."""
-    index = {id(node): i for i, node in enumerate(nodes)}
+    """Positions in a topological order (:func:`~gsrewrite.graph.core.topological_order`); none at all for nodes
+    on a cycle or when a node holds subgraphs (whose outer-scope reads are edges no tensor shows): every question
+    then walks the graph."""
     if any(may_hold_subgraphs(node) for node in nodes):
         return {}
-    state = [0] * len(nodes)
-    out: dict[int, float] = {}
-    for start in range(len(nodes)):
-        if state[start]:
-            continue
-        state[start] = 1
-        stack = [(start, 0)]
-        while stack:
-            i, k = stack.pop()
-            inputs = nodes[i].inputs
-            while k < len(inputs):
-                producer = inputs[k].inputs[0] if inputs[k].inputs else None
-                k += 1
-                j = index.get(id(producer)) if producer is not None else None
-                if j is None or state[j] == 2:
-                    continue
-                if state[j] == 1:  # a cycle: no positions (every question walks the graph)
-                    return {}
-                state[j] = 1
-                stack.append((i, k))
-                stack.append((j, 0))
-                break
-            else:
-                state[i] = 2
-                out[id(nodes[i])] = float(len(out))
-    return out
+    order = topological_order(nodes)
+    return {} if order is None else {id(node): float(i) for i, node in enumerate(order)}
 
 
 def cycle_reason(match_inputs: dict[str, gs.Tensor], match_outputs: dict[str, gs.Tensor], removed: set[int],

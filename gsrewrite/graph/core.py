@@ -287,15 +287,11 @@ def is_sorted(graph: gs.Graph) -> bool:
     return True
 
 
-def toposort(graph: gs.Graph) -> gs.Graph:
-    """Sort ``graph``'s nodes so that every node follows the producers of its inputs, keeping the current order
-    wherever it already is one (a node's producers that come later are pulled in just ahead of it). Graphs whose
-    nodes may
-    hold subgraphs (their outer-scope reads are dependencies too), and cyclic ones, go to onnx-graphsurgeon's
-    toposort."""
-    nodes = graph.nodes
-    if any(may_hold_subgraphs(node) for node in nodes):
-        return graph.toposort()
+def topological_order(nodes: list[gs.Node]) -> list[gs.Node] | None:
+    """``nodes`` ordered so that every node follows the producers of its inputs, keeping the given order wherever
+    it already is one (a node's producers that come later are pulled in just ahead of it): an iterative
+    depth-first walk, producers first. ``None`` when the nodes make a cycle. Nodes holding subgraphs read outer
+    tensors no input shows: callers check :func:`may_hold_subgraphs` first."""
     index = {id(node): i for i, node in enumerate(nodes)}
     state = [0] * len(nodes)  # 0 new, 1 on the DFS stack, 2 placed
     order: list[gs.Node] = []
@@ -303,7 +299,7 @@ def toposort(graph: gs.Graph) -> gs.Graph:
         if state[start]:
             continue
         state[start] = 1
-        stack = [(start, 0)]  # (node index, next input to look at): iterative DFS, producers first
+        stack = [(start, 0)]  # (node index, next input to look at)
         while stack:
             i, k = stack.pop()
             inputs = nodes[i].inputs
@@ -313,8 +309,8 @@ def toposort(graph: gs.Graph) -> gs.Graph:
                 j = index.get(id(producer)) if producer is not None else None
                 if j is None or state[j] == 2:
                     continue
-                if state[j] == 1:  # a cycle: let onnx-graphsurgeon report it
-                    return graph.toposort()
+                if state[j] == 1:
+                    return None
                 state[j] = 1
                 stack.append((i, k))
                 stack.append((j, 0))
@@ -322,6 +318,18 @@ def toposort(graph: gs.Graph) -> gs.Graph:
             else:
                 state[i] = 2
                 order.append(nodes[i])
+    return order
+
+
+def toposort(graph: gs.Graph) -> gs.Graph:
+    """Sort ``graph``'s nodes so that every node follows the producers of its inputs, keeping the current order
+    wherever it already is one (:func:`topological_order`). Graphs whose nodes may hold subgraphs (their
+    outer-scope reads are dependencies too), and cyclic ones, go to onnx-graphsurgeon's toposort (which reports
+    the cycle)."""
+    nodes = graph.nodes
+    order = None if any(may_hold_subgraphs(node) for node in nodes) else topological_order(nodes)
+    if order is None:
+        return graph.toposort()
     if any(a is not b for a, b in zip(order, nodes, strict=True)):
         graph.nodes = order
     return graph
