@@ -44,6 +44,7 @@ _WHERE: dict[str, str] = {
     "copy_fields": "gsrewrite.graph.core",  # every set field of one protobuf message into another, but some
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.graph.symdim"),
     "dim_mul": "gsrewrite.graph.symdim:mul",
+    "dim_add": "gsrewrite.graph.symdim:add",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),
 }
