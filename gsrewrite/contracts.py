@@ -18,6 +18,10 @@ CONTRACTS = {
     "batch1-chunks": "several new tokens over a non-empty past only at batch 1 (onnxruntime's CPU "
                      "GroupQueryAttention refuses them at batch > 1: chunked prefill and speculative decoding of "
                      "several sequences at once); a decode step of one token runs at any batch",
+    "unpadded-prompts": "a prompt over an empty past at batch > 1 only when every row has the same position ids, "
+                        "no padding (onnxruntime's GroupQueryAttention rotates a step over an empty past by the "
+                        "first row's positions: a padded batched prompt); decode steps, chunks and prompts at "
+                        "batch 1 keep any position ids",
 }
 #: the ``metadata_props`` key that states the contracts a model was rewritten under
 METADATA_KEY = "gsrewrite.contracts"

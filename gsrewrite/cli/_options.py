@@ -64,7 +64,8 @@ def stacked(*options: Decorator) -> Decorator:
 contract_option = click.option(
     "--contract", "contracts", multiple=True, metavar="NAME",
     help="Accept a narrower input contract for a faster fused op (repeatable): batch1-chunks (GroupQueryAttention: "
-         "several new tokens over a past only at batch 1). Stated in the output's metadata and report.")
+         "several new tokens over a past only at batch 1), unpadded-prompts (rotary inside it: a batched prompt "
+         "only without padding). Stated in the output's metadata and report.")
 pattern_options = stacked(target_option, device_option, patterns_option, pattern_files_option, opset_option,
                           contract_option)
 

@@ -11,9 +11,11 @@ multiple of 16), 4 Q heads over 2 KV heads.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import onnx
+import pytest
 
 from gsrewrite.pipelines import RewriteOptions, ValidationOptions
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, apply_fusions
@@ -44,18 +46,24 @@ ROTATE_HALF = """
 """
 
 
-def _block(*, k_input: str = "x", table_batch: str = "batch", bias: bool = True, interleaved_k: bool = False,
-           head_size: int = DH) -> onnx.ModelProto:
+def _block(*, k_input: str = "x", table_batch: str = "batch", bias: bool = True, k_freqs: str = "inv_freq",
+           head_size: int = DH, projection_bias: bool = False) -> onnx.ModelProto:
     """One cached attention block; ``k_input``: what K is projected from (``y``: another tensor than Q's);
-    ``table_batch``: ``1`` for position ids [1, seq] broadcast over the batch; ``interleaved_k``: K rotated by
-    another rule (GPT-J's pairs) than Q."""
+    ``table_batch``: ``1`` for position ids [1, seq] broadcast over the batch; ``k_freqs``: K's own rotary
+    frequencies (``half_freq``: other tables than Q's); ``projection_bias``: Qwen2's biased projections."""
     heads_dim = HEADS * head_size
     kv_dim = KV_HEADS * head_size
     bias_in = ", float[batch, 1, seq, total] bias" if bias else ""
     mask = "sm = Add (s, bias)" if bias else "sm = Identity (s)"
     k_rotary = ROTATE_HALF.format(x="kh", y="kk")
-    if interleaved_k:  # pairs (2i, 2i+1) instead of halves: another rotary
-        k_rotary = "kk = Mul (kh, cos)"
+    if k_freqs != "inv_freq":  # K's own tables
+        k_rotary = f"""kf = Mul (pf, {k_freqs})
+      kemb = Concat <axis = -1> (kf, kf)
+      kct = Cos (kemb)
+      kst = Sin (kemb)
+      kcos = Unsqueeze (kct, one_1)
+      ksin = Unsqueeze (kst, one_1)
+      """ + ROTATE_HALF.format(x="kh", y="kk").replace("cos)", "kcos)").replace("sin)", "ksin)")
     text = f"""
     agraph (float[batch, seq, {HIDDEN}] x, float[batch, seq, {HIDDEN}] y, int64[{table_batch}, seq] pids,
             float[batch, {KV_HEADS}, past, {head_size}] pastk,
@@ -70,15 +78,18 @@ def _block(*, k_input: str = "x", table_batch: str = "batch", bias: bool = True,
       st = Sin (emb)
       cos = Unsqueeze (ct, one_1)
       sin = Unsqueeze (st, one_1)
-      ql = MatMul (x, wq)
+      qm = MatMul (x, wq)
+      ql = {"Add" if projection_bias else "Identity"} (qm{", bq" if projection_bias else ""})
       q3 = Reshape (ql, qshape)
       qh = Transpose <perm = [0, 2, 1, 3]> (q3)
       {ROTATE_HALF.format(x="qh", y="q4")}
-      kl = MatMul ({k_input}, wk)
+      km = MatMul ({k_input}, wk)
+      kl = {"Add" if projection_bias else "Identity"} (km{", bk" if projection_bias else ""})
       k3 = Reshape (kl, kvshape)
       kh = Transpose <perm = [0, 2, 1, 3]> (k3)
       {k_rotary}
-      vl = MatMul (x, wv)
+      vm = MatMul (x, wv)
+      vl = {"Add" if projection_bias else "Identity"} (vm{", bv" if projection_bias else ""})
       v3 = Reshape (vl, kvshape)
       vv = Transpose <perm = [0, 2, 1, 3]> (v3)
       presk = Concat <axis = -2> (pastk, kk)
@@ -108,6 +119,9 @@ def _block(*, k_input: str = "x", table_batch: str = "batch", bias: bool = True,
         "heads_1": np.array([HEADS], np.int64), "minus_1": np.array([-1], np.int64),
         "half_1": np.array([head_size // 2], np.int64), "big_1": np.array([2**62], np.int64),
         "inv_freq": (1.0 / (10000 ** (np.arange(0, head_size, 2) / head_size))).astype(np.float32),
+        "half_freq": (0.5 / (10000 ** (np.arange(0, head_size, 2) / head_size))).astype(np.float32),
+        "bq": rng.standard_normal(heads_dim).astype(np.float32), "bk": rng.standard_normal(kv_dim).astype(np.float32),
+        "bv": rng.standard_normal(kv_dim).astype(np.float32),
     })
     for value in [*model.graph.input, *model.graph.output]:  # the text syntax has no dim expressions
         for dim in value.type.tensor_type.shape.dim:
@@ -184,3 +198,74 @@ def test_per_token_rotary_ids_of_a_broadcast_table_are_expanded() -> None:
     assert _ops(result.model)["Expand"] == 4  # each rotary's ids broadcast to its x, and repeat_kv's 2
     alone = _fuse(_block(table_batch="1"), ["rotary-positions"], validate=False)
     assert not alone.changed and "not x's" in alone.near_misses["rotary-positions"].reason
+
+
+ROTARY = ("gqa-past", "rotary", "gqa-rotary", "gqa-rotary-3d")
+BOTH = ("batch1-chunks", "unpadded-prompts")
+
+
+def test_rotary_moves_into_group_query_attention_over_the_projections() -> None:
+    result = _fuse(_block(), list(ROTARY), contracts=BOTH)
+    counts = {k: v for k, v in result.counts.items() if v}
+    assert counts == {"gqa-past": 1, "rotary-positions": 2, "gqa-rotary": 1}, result.near_misses
+    assert not result.dropped and result.validation.ok
+    assert result.contracts == list(BOTH)
+    ops = _ops(result.model)
+    assert ops["RotaryEmbedding"] == 0 and ops["Transpose"] == 0, dict(ops)  # the projections feed the op
+    gqa = next(n for n in result.model.graph.node if n.op_type == "GroupQueryAttention")
+    assert {a.name: a.i for a in gqa.attribute if a.name == "do_rotary"} == {"do_rotary": 1}
+    assert list(gqa.input[:3]) == ["qm", "km", "vm"]
+    # validation tried the prompt at batch 1 only: the contract's inputs
+    prefill = next(s for s in result.validation.sizes if s["name"] == "prefill")
+    assert prefill["shapes"]["x"][0] == 1
+
+
+@pytest.mark.parametrize("head_size", [DH, 8])
+def test_rotary_stays_outside_without_the_contract_but_rotates_the_projections(head_size: int) -> None:
+    result = _fuse(_block(head_size=head_size), list(ROTARY))
+    counts = {k: v for k, v in result.counts.items() if v}
+    assert counts == {"gqa-past": 1, "rotary-positions": 2, "gqa-rotary-3d": 1}, result.near_misses
+    assert "unpadded-prompts" in result.skipped["gqa-rotary"] and result.contracts == ["batch1-chunks"]
+    assert not result.dropped and result.validation.ok
+    ops = _ops(result.model)
+    assert ops["RotaryEmbedding"] == 2 and ops["Transpose"] == 0, dict(ops)
+    rotary = [n for n in result.model.graph.node if n.op_type == "RotaryEmbedding"]
+    assert sorted(a.i for n in rotary for a in n.attribute if a.name == "num_heads") == [KV_HEADS, HEADS]
+
+
+@pytest.mark.parametrize(("block", "reason"), [
+    (lambda: _block(head_size=8), "multiples of 16"),
+    (lambda: _block(k_freqs="half_freq"), "different pos"),
+])
+def test_rotary_that_group_query_attention_cannot_take_stays_outside(block: Callable[[], onnx.ModelProto],
+                                                                    reason: str) -> None:
+    result = _fuse(block(), [*ROTARY[:3]], contracts=BOTH, validate=False)
+    assert not result.counts.get("gqa-rotary")
+    assert reason in result.near_misses["gqa-rotary"].reason, result.near_misses["gqa-rotary"].reason
+
+
+PACKED = (*ROTARY, "gqa-packing", "gqa-packing-bias")  # gqa-rotary comes first where the contract allows it
+
+
+def test_projections_of_one_input_are_packed_into_the_query() -> None:
+    result = _fuse(_block(), list(PACKED), contracts=BOTH)
+    counts = {k: v for k, v in result.counts.items() if v}
+    assert counts == {"gqa-past": 1, "rotary-positions": 2, "gqa-rotary": 1, "gqa-packing": 1}, result.near_misses
+    assert not result.dropped and result.validation.ok
+    gqa = next(n for n in result.model.graph.node if n.op_type == "GroupQueryAttention")
+    assert list(gqa.input[1:3]) == ["", ""] and _ops(result.model)["MatMul"] == 1
+    weight = next(i for i in result.model.graph.initializer if list(i.dims) == [HIDDEN, (HEADS + 2 * KV_HEADS) * DH])
+    assert weight is not None
+
+
+def test_biased_projections_are_packed_with_their_biases() -> None:
+    result = _fuse(_block(projection_bias=True), list(PACKED), contracts=BOTH)
+    assert result.counts.get("gqa-packing-bias") == 1 and not result.dropped and result.validation.ok
+    ops = _ops(result.model)
+    assert ops["MatMul"] == 1 and ops["Add"] == 1, dict(ops)  # the packed bias
+
+
+def test_projections_of_two_inputs_are_not_packed() -> None:
+    result = _fuse(_block(k_input="y"), list(PACKED), contracts=BOTH, validate=False)
+    assert result.counts.get("gqa-rotary") == 1 and not result.counts.get("gqa-packing")
+    assert _ops(result.model)["MatMul"] == 3
