@@ -17,7 +17,7 @@
 
 Run with the fixture venv (torch, transformers, gguf, onnxruntime-genai; see benchmarks/results/real_models.md)::
 
-    /work/fxenv/bin/python benchmarks/make_real_models.py --out benchmarks/_work/real          # ~8 min, 2 cores
+    /work/fxenv/bin/python benchmarks/make_real_models.py --out benchmarks/_work/real          # 7-13 min, 2 cores
     /work/fxenv/bin/python benchmarks/make_real_models.py --only minilm.dynamo --force
 
 Steps whose outputs exist are skipped (their recorded results reused from ``REAL_MODELS.json``) unless ``--force``.

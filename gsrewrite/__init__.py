@@ -24,6 +24,7 @@ _LAZY = {
     "model_info": "gsrewrite.info",
     "apply": "gsrewrite.pipelines",
     "optimize": "gsrewrite.pipelines",
+    "save_genai": "gsrewrite.pipelines.genai",
     "RewriteResult": "gsrewrite.pipelines",
     "ValidationOptions": "gsrewrite.pipelines",
     "RewriteOptions": "gsrewrite.pipelines",

@@ -9,9 +9,13 @@ kept, the contract is stated in the result (``contracts``, ``--json``), the repo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from gsrewrite.errors import UsageError
+
+if TYPE_CHECKING:
+    import onnx
 
 #: contract name -> what the rewritten model no longer accepts
 CONTRACTS = {
@@ -22,7 +26,15 @@ CONTRACTS = {
                         "no padding (onnxruntime's GroupQueryAttention rotates a step over an empty past by the "
                         "first row's positions: a padded batched prompt); decode steps, chunks and prompts at "
                         "batch 1 keep any position ids",
+    "shared-kv-buffer": "the past as one buffer of the longest length that the present shares (onnxruntime-genai's "
+                        "past_present_share_buffer): the attention mask's length says how much of it is valid (mask "
+                        "length - new tokens), the present comes back at the buffer's length, not past + new",
+    "int8-kv-cache": "the past and present as int8 with per-channel scales stored in the model (GroupQueryAttention's "
+                     "quantized cache): a float cache is no longer accepted, and the outputs move within an "
+                     "int8 tolerance (cosine, top-1) instead of float rounding",
 }
+#: the contracts ``--target genai`` implies: what onnxruntime-genai's generate loop lives with
+GENAI_CONTRACTS = ("batch1-chunks", "shared-kv-buffer")
 #: the ``metadata_props`` key that states the contracts a model was rewritten under
 METADATA_KEY = "gsrewrite.contracts"
 
@@ -41,3 +53,13 @@ def check_contracts(names: Iterable[str]) -> tuple[str, ...]:
 def describe(names: Iterable[str]) -> str:
     """``batch1-chunks: several new tokens ...``, one entry per contract, ``; `` between them."""
     return "; ".join(f"{name}: {CONTRACTS[name]}" for name in names)
+
+
+def state(model: onnx.ModelProto, names: Sequence[str]) -> None:
+    """Write ``names`` (:func:`describe`) into ``model``'s ``metadata_props`` (:data:`METADATA_KEY`), replacing
+    what was there; none: the entry is removed."""
+    props = [prop for prop in model.metadata_props if prop.key != METADATA_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(props)
+    if names:
+        model.metadata_props.add(key=METADATA_KEY, value=describe(names))

@@ -262,6 +262,7 @@ _SAME_NAME_OTHER_MEANING = {
     "--inputs": "extract: the tensors that become the sub-model's inputs, not input data",
     "--target": "compress: the strategy's op set (MatMulNBits or DequantizeLinear), default: the strategy's",
     "--runs": "bench: timed runs; validation: random input sets",
+    "--validate": "explain: a flag, off by default (explain writes nothing); elsewhere --validate/--no-validate, on",
     "-o": "the rewriting commands' output (io_options) vs the analysis commands' extra output files",
     "--output": "as -o",
     "--force": "as -o: what each command's own output file is",

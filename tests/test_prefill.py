@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from test_decoder_inputs import decoder
 
 from gsrewrite.validation import Validator
 from gsrewrite.validation.prefill import cache_pairs
-from test_decoder_inputs import decoder
 
 FIXTURES = Path(__file__).parent / "fixtures" / "models"
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"

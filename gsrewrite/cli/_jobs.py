@@ -27,6 +27,8 @@ log = logging.getLogger("gsrewrite")
 
 #: what the default output's name adds to the input's stem
 DEFAULT_SUFFIX = ".opt.onnx"
+#: the same for the folder of ``--target genai``
+GENAI_SUFFIX = ".genai"
 #: options that describe the paths of one run; the rest is forwarded to each worker as given
 _PATH_PARAMS = frozenset({"paths", "output", "jobs"})
 
@@ -68,7 +70,9 @@ def io_options(func: Callable[..., Any]) -> Callable[..., Any]:
         if verbosity != group.get("verbose", 0) - group.get("quiet", 0):
             _set_log_level(verbosity)
         kwargs["verbosity"] = verbosity
-        kwargs["jobs_"] = plan_jobs(kwargs.pop("paths"), kwargs.pop("output"), force=kwargs["force"])
+        # optimize --target genai writes a folder per model (onnxruntime-genai's: the model, its config, ...)
+        kwargs["jobs_"] = plan_jobs(kwargs.pop("paths"), kwargs.pop("output"), force=kwargs["force"],
+                                    folders=kwargs.get("target") == "genai")
         kwargs["workers"] = kwargs.pop("jobs")
         return func(*args, **kwargs)
 
@@ -91,16 +95,23 @@ def staged_save(job: Job, io: dict[str, Any], in_place: bool = False) -> Any:
                       size_threshold=io["size_threshold"])
 
 
-def plan_jobs(paths: Sequence[str], output: str | None, *, force: bool) -> list[Job]:
-    """Inputs and outputs from the positional paths and ``-o``; names checked, nothing written."""
+def plan_jobs(paths: Sequence[str], output: str | None, *, force: bool, folders: bool = False) -> list[Job]:
+    """Inputs and outputs from the positional paths and ``-o``; names checked, nothing written. ``folders``: each
+    output is a folder (``IN OUT``: OUT itself; ``IN``: ``IN_STEM.genai`` beside it; several: ``FOLDER/STEM``)."""
     models = list(paths)
     if output is None and len(paths) == 2:  # IN OUT, as onnxsim and onnxslim take them
         models, output = [paths[0]], paths[1]
+        if folders:
+            return [Job(paths[0], output)]
         if os.path.isfile(output) and not force:  # maybe two models meant as inputs: never lose one
             raise OutputError(f"'{output}' exists: add --force to overwrite it with the result of '{paths[0]}' "
                               "(several models: -o FOLDER)")
     if len(models) > 1 and (output is None or not _is_folder(output)):
         raise UsageError("several models need -o FOLDER (an existing folder): each output keeps its model's name")
+    if folders:
+        jobs = [Job(m, _folder_for(m, output, len(models) > 1)) for m in models]
+        _check_distinct(jobs)
+        return jobs
     jobs = [Job(m, _output_for(m, output, force)) for m in models]
     _check_distinct(jobs)
     return jobs
@@ -121,6 +132,13 @@ def _output_for(model: str, output: str | None, force: bool) -> str:
             raise OutputError(f"cannot write into '{output}': no such folder")
         return str(Path(output) / Path(model).name)
     return output
+
+
+def _folder_for(model: str, output: str | None, several: bool) -> str:
+    stem = Path(model).name.removesuffix(".onnx")
+    if output is None:
+        return str(Path(model).with_name(stem + GENAI_SUFFIX))
+    return str(Path(output) / stem) if several else output
 
 
 def _check_distinct(jobs: list[Job]) -> None:

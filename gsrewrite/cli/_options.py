@@ -16,6 +16,11 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON on stdout.")
 target_option = click.option("--target", type=click.Choice(["onnx", "ort"]), default="ort", show_default=True,
                              help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops.")
+#: optimize's: also ``genai``, a folder onnxruntime-genai's generate loop runs
+optimize_target_option = click.option(
+    "--target", type=click.Choice(["onnx", "ort", "genai"]), default="ort", show_default=True,
+    help="onnx: standard ONNX ops only; ort: also onnxruntime contrib ops; genai: a folder onnxruntime-genai runs "
+         "(ort's fusions under the contracts batch1-chunks and shared-kv-buffer; a decoder with a KV cache only).")
 device_option = click.option(
     "--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
     help="Where the model will run: patterns that pay off on the other kind only are skipped (on cpu, "
@@ -28,6 +33,7 @@ opset_option = click.option("--opset", type=click.IntRange(min=1), default=None,
                             help="Convert the model to this opset first (allows e.g. Gelu-20 with --target onnx).")
 explain_option = click.option("--explain", is_flag=True,
                               help="Also report, per pattern, the deepest near miss and why.")
+no_simplify_option = click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
 in_place_option = click.option("--in-place", is_flag=True, help="Allow OUTPUT to be the input model itself.")
 report_option = click.option(
     "--report", "report", default=None, metavar="FILE.html",
@@ -64,8 +70,10 @@ def stacked(*options: Decorator) -> Decorator:
 contract_option = click.option(
     "--contract", "contracts", multiple=True, metavar="NAME",
     help="Accept a narrower input contract for a faster fused op (repeatable): batch1-chunks (GroupQueryAttention: "
-         "several new tokens over a past only at batch 1), unpadded-prompts (rotary inside it: a batched prompt "
-         "only without padding). Stated in the output's metadata and report.")
+         "several new tokens over a past only at batch 1), unpadded-prompts (GroupQueryAttention's own rotary: a "
+         "batched prompt only without padding), shared-kv-buffer (past and present one buffer of "
+         "--max-length positions, the mask says how much is valid), int8-kv-cache (the cache as int8 with scales). "
+         "Each validated and stated in the output's metadata and report.")
 pattern_options = stacked(target_option, device_option, patterns_option, pattern_files_option, opset_option,
                           contract_option)
 

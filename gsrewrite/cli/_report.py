@@ -105,18 +105,8 @@ def emit(data: dict[str, Any], wrote: str | None, size_before: int | None, size_
 
 
 def print_explain(out: Console, result: Any) -> None:
-    """Per pattern: matches, or why not (skipped, no candidate anchor, the deepest near miss)."""
-    rows = []
-    for name in result.patterns:
-        count = result.counts.get(name, 0)
-        if name in result.skipped:
-            why = f"skipped: {result.skipped[name]}"
-        elif name in result.near_misses:
-            why = result.near_misses[name].sentence()
-        elif not result.attempts.get(name):
-            why = "no candidate node in the graph" if not count else ""
-        else:
-            why = ""
-        rows.append((name, count, why))
-    out.print(table("Explain: matches and the deepest near miss per pattern", ("pattern", "matches", "why not"),
-                    rows))
+    """Per pattern: matches and the verdict ``optimize`` gives (applied, dropped by validation, skipped by a
+    policy, or why it did not match: the deepest near miss, a match the engine refused)."""
+    verdicts = result.verdicts()
+    rows = [(name, result.counts.get(name, 0), verdicts[name]) for name in result.patterns]
+    out.print(table("Explain: matches and the verdict per pattern", ("pattern", "matches", "verdict"), rows))

@@ -11,6 +11,7 @@ from gsrewrite.cli._options import (
     explain_option,
     in_place_option,
     json_option,
+    no_simplify_option,
     pattern_options,
     report_option,
     validate_option,
@@ -55,13 +56,24 @@ def apply(jobs_: list[Job], workers: int, patterns: tuple[str, ...], pattern_fil
 @click.command()
 @click.argument("model")
 @pattern_options
+@no_simplify_option
+@click.option("--validate", is_flag=True,
+              help="Also validate in onnxruntime as optimize does: a pattern whose rewrites disagree is reported "
+                   "dropped, with the numbers.")
 @json_option
 def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...], opset: int | None, target: str,
-            device: str, contracts: tuple[str, ...], as_json: bool) -> None:
-    """Show, per pattern, how often it matches MODEL and where the best near miss failed (writes nothing)."""
-    result = _run(model, patterns, {"target": target, "device": device, "validate": False,
-                                    "pattern_files": pattern_files, "explain": True, "opset": opset,
-                                    "contracts": contracts})
+            device: str, contracts: tuple[str, ...], no_simplify: bool, validate: bool, as_json: bool) -> None:
+    """Show, per pattern, its matches on MODEL and optimize's verdict: applied, skipped by a device or contract
+    policy, refused by the engine, the deepest near miss, or (--validate) dropped by validation (writes nothing)."""
+    from gsrewrite.contracts import check_contracts
+    from gsrewrite.pipelines import RewriteOptions, optimize
+    from gsrewrite.pipelines.options import Source
+
+    names = list(patterns) or ([] if pattern_files else ["all"])
+    rewrite = RewriteOptions(tuple(pattern_files), opset, True, contracts=check_contracts(contracts))
+    with working(f"explaining {model}..."):
+        result = optimize(Source.mapped(model), target=target, device=device, patterns=names,
+                          simplify=not no_simplify, validate=validate, rewrite=rewrite)
     show_result(result, model, as_json, 0, explain=True)
 
 

@@ -3,6 +3,9 @@ with the before/after table."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -15,10 +18,11 @@ from gsrewrite.cli._options import (
     explain_option,
     in_place_option,
     json_option,
+    no_simplify_option,
     opset_option,
+    optimize_target_option,
     patterns_option,
     report_option,
-    target_option,
     validate_option,
     validation_options,
 )
@@ -28,12 +32,22 @@ from gsrewrite.cli._report import check_report, show_result
 
 @click.command()
 @io_options
-@target_option
+@optimize_target_option
 @device_option
 @patterns_option
 @opset_option
 @contract_option
-@click.option("--no-simplify", is_flag=True, help="Skip the cleanup passes (fusions only).")
+@click.option("--max-length", type=click.IntRange(min=1), default=None, metavar="N",
+              help="shared-kv-buffer: the buffer's length (validation pads the past to it); --target genai: the "
+                   "longest sequence generated (default: the context length).")
+@click.option("--tokenizer", default=None, metavar="DIR",
+              help="A tokenizer folder (tokenizer.json, as transformers saves it): validation feeds real text to the "
+                   "token-id inputs; --target genai also copies it into the output and takes the special tokens "
+                   "from it.")
+@click.option("--context-length", type=click.IntRange(min=1), default=None, metavar="N",
+              help="--target genai: the model's context length (default: its position tables, else the tokenizer "
+                   "folder's config.json, else 4096).")
+@no_simplify_option
 @validate_option("Compare the result with the original in onnxruntime (bisect and drop a guilty pattern).")
 @explain_option
 @in_place_option
@@ -47,13 +61,14 @@ from gsrewrite.cli._report import check_report, show_result
 @report_option
 @json_option
 def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns: tuple[str, ...],
-             opset: int | None, contracts: tuple[str, ...], no_simplify: bool, validate: bool, explain: bool,
-             in_place: bool, tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any,
-             report: str | None,
+             opset: int | None, contracts: tuple[str, ...], max_length: int | None, tokenizer: str | None,
+             context_length: int | None, no_simplify: bool, validate: bool, explain: bool, in_place: bool,
+             tune: bool, compress_with: str | None, criterion: dict[str, Any], validation: Any, report: str | None,
              as_json: bool, **io: Any) -> None:
     """Optimize MODEL for TARGET: cleanup passes, every fusion, validation; write OUTPUT.
 
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
+    --target genai writes a folder (OUTPUT, default in.genai) that onnxruntime-genai runs.
     """
     from gsrewrite.contracts import check_contracts
     from gsrewrite.errors import UsageError
@@ -66,11 +81,23 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                          "--compress STRATEGY too")
     check_report(report, jobs_, read=[("--inputs", validation.inputs if isinstance(validation.inputs, str) else None)])
     compression = None if compress_with is None else CompressOptions(compress_with, **criterion)
+    if tokenizer is not None:  # validation feeds real text to the token-id inputs
+        validation = dataclasses.replace(validation, tokenizer=tokenizer)
     settings: dict[str, Any] = {"target": target, "device": device, "patterns": list(patterns) or ["all"],
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
                 "compress": compression,
                 "rewrite": RewriteOptions(opset=opset, explain=explain or report is not None,
-                                          contracts=check_contracts(contracts))}
+                                          contracts=check_contracts(contracts), max_length=max_length)}
+    if target == "genai":
+        if report is not None:
+            raise UsageError("--report is not written for --target genai yet; run optimize without it")
+        _genai_jobs(jobs_, workers, settings, GenaiRequest(tokenizer, context_length, max_length, explain), as_json,
+                    io)
+        return
+    if context_length is not None:
+        raise UsageError("--context-length is an option of --target genai")
+    if max_length is not None and "shared-kv-buffer" not in contracts:
+        raise UsageError("--max-length is an option of --contract shared-kv-buffer and --target genai")
 
     def one(job: Job) -> None:
         with staged_save(job, io, in_place) as output:  # written while validation runs
@@ -81,3 +108,36 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                     report=report)
 
     run_jobs(jobs_, workers, one, as_json)
+
+
+@dataclass(frozen=True)
+class GenaiRequest:
+    """``--target genai``'s own options: the tokenizer folder, the lengths, ``--explain``."""
+
+    tokenizer: str | None
+    context_length: int | None
+    max_length: int | None
+    explain: bool
+
+
+def _genai_jobs(jobs: list[Job], workers: int, settings: dict[str, Any], request: GenaiRequest, as_json: bool,
+                io: dict[str, Any]) -> None:
+    """Each job's folder for onnxruntime-genai: checked before any work, written after the validated rewrite."""
+    from gsrewrite.pipelines import optimize as run
+    from gsrewrite.pipelines.genai import GenaiOptions, check_folder, save_genai
+    from gsrewrite.pipelines.options import Source
+
+    GenaiOptions(request.tokenizer, request.context_length, request.max_length).check()
+    for job in jobs:
+        check_folder(job.output, io["force"])
+
+    def one(job: Job) -> None:
+        with working(f"optimizing {job.model} for onnxruntime-genai..."):
+            result = run(Source.mapped(job.model), **settings)
+        written = save_genai(result, job.output, tokenizer=request.tokenizer, context_length=request.context_length,
+                             max_length=request.max_length, force=io["force"], input_path=job.model)
+        size = sum(os.path.getsize(path) for path in written)
+        show_result(result, job.model, as_json, io["verbosity"], explain=request.explain, wrote=job.output,
+                    size_after=size)
+
+    run_jobs(jobs, workers, one, as_json)

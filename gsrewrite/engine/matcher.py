@@ -149,7 +149,9 @@ class Matcher:
                 self._fail(state, tn, node, f"expected {tn.op}, found {node.op}")
                 return []
             return [node]
-        found = [n for n in dict.fromkeys(tensor.outputs) if n.op == tn.op and id(n) not in state.used]
+        # one candidate per consumer node (a node reading the tensor twice is listed twice; gs nodes do not hash)
+        unique = list({id(n): n for n in tensor.outputs}.values())
+        found = [n for n in unique if n.op == tn.op and id(n) not in state.used]
         if not found:
             self._fail(state, tn, None, f"no {tn.op} reads {tensor.name!r}")
         return found

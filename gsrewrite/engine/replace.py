@@ -16,6 +16,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from gsrewrite.engine.acyclic import Positions, cycle_reason
 from gsrewrite.engine.match import Match
 from gsrewrite.engine.opforms import attribute_types
 from gsrewrite.graph.core import NameSource, constant_values, made_values
@@ -25,8 +26,42 @@ from gsrewrite.patterns.template import Capture, TNode
 _A = onnx.AttributeProto
 
 
-def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.Node]:
-    """Replace ``match`` in ``graph``; returns the new nodes. The matched nodes are left detached."""
+class ReplaceRefused(Exception):
+    """The replace primitive refused a match (the graph is left as it was); the message says why."""
+
+
+def replacement_inputs(match: Match) -> dict[str, gs.Tensor]:
+    """The graph tensors the replacement reads, by template name (bound inputs and computed variables)."""
+    found: dict[str, gs.Tensor] = {}
+    for name in match.replacement.inputs:
+        value = match.computed.get(name) if name in match.computed else match.tensors.get(name)
+        if isinstance(value, gs.Tensor):
+            found[name] = value
+    return found
+
+
+def replacement_outputs(match: Match) -> dict[str, gs.Tensor]:
+    """The matched tensors the replacement writes, by template name."""
+    outputs = match.variant.outputs
+    return {name: match.tensors[outputs.get(name, name)] for name in match.replacement.outputs
+            if outputs.get(name, name) in match.tensors}
+
+
+def refusal(match: Match, positions: Positions) -> str:
+    """Why the replace primitive refuses ``match`` ('' when it does not): its replacement would make a cycle (an
+    input computed, through nodes outside the match, from one of its outputs)."""
+    removed = {id(n) for n in match.removed_nodes()}
+    return cycle_reason(replacement_inputs(match), replacement_outputs(match), removed, positions)
+
+
+def replace_match(graph: gs.Graph, match: Match, names: NameSource, positions: Positions | None = None
+                  ) -> list[gs.Node]:
+    """Replace ``match`` in ``graph``; returns the new nodes. The matched nodes are left detached. Raises
+    :class:`ReplaceRefused` (nothing changed) when the replacement would make a cycle."""
+    positions = positions if positions is not None else Positions(graph)
+    reason = refusal(match, positions)
+    if reason:
+        raise ReplaceRefused(reason)
     replacement = match.replacement
     stamp = f"{match.pattern.name}:{match.anchor.name or match.anchor.op}"
     env: dict[str, gs.Tensor | None] = {}
@@ -56,6 +91,7 @@ def replace_match(graph: gs.Graph, match: Match, names: NameSource) -> list[gs.N
             annotate_node(node)                       # checks of later sweeps; ONNX infers the standard ones
         graph.nodes.append(node)
         added.append(node)
+    positions.placed(added, set())
     return added
 
 

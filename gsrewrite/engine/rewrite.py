@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.acyclic import Positions
 from gsrewrite.engine.dedupe import merge_added_duplicates
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.matcher import CompiledVariant, Matcher
-from gsrewrite.engine.replace import replace_match
+from gsrewrite.engine.replace import ReplaceRefused, refusal, replace_match
 from gsrewrite.engine.shape_reads import release_shape_reads
 from gsrewrite.engine.targets import choose_replacement
 from gsrewrite.engine.tracing import Tracer
@@ -75,11 +76,12 @@ class RewritePass:
         added: set[int] = set()
         for _sweep in range(self.max_sweeps):
             tracer = Tracer() if self.explain else None
-            matches = self._find(graph, usable, tracer)
+            positions = Positions(graph)
+            matches = self._find(graph, usable, tracer, positions)
             result.tracer = tracer
             if not matches:
                 break
-            added.update(self._replace(graph, matches, result, names, regions))
+            added.update(self._replace(graph, matches, result, names, (regions, positions)))
         else:
             log.warning("rewrite did not reach a fixed point after %d sweeps", self.max_sweeps)
         if result.modified:
@@ -117,7 +119,7 @@ class RewritePass:
         return [cv for _key, cv in sorted(entries, key=lambda e: e[0])]
 
     def _find(self, graph: gs.Graph, usable: list[tuple[int, Pattern, Any]],
-              tracer: Tracer | None) -> list[Match]:
+              tracer: Tracer | None, positions: Positions) -> list[Match]:
         index: dict[tuple[str, str], list[gs.Node]] = {}
         for node in graph.nodes:
             index.setdefault((node.domain or "", node.op), []).append(node)
@@ -137,6 +139,10 @@ class RewritePass:
                 match = matcher.match_at(cv, anchor)
                 if match is None or not self._compute(match, cv, tracer):
                     continue
+                reason = refusal(match, positions)  # asked again when it is replaced (after the sweep's others)
+                if reason:
+                    self._refuse(match, reason, tracer)
+                    continue
                 claimed.update(id(n) for n in match.nodes.values())
                 matches.append(match)
         return matches
@@ -155,19 +161,31 @@ class RewritePass:
                 return False
         return True
 
+    @staticmethod
+    def _refuse(match: Match, reason: str, tracer: Tracer | None) -> None:
+        log.info("pattern %s: match at %r refused: %s", match.pattern.name, match.anchor.name, reason)
+        if tracer is not None:
+            tracer.refused(match, reason)
+
     def _replace(self, graph: gs.Graph, matches: list[Match], result: PassResult, names: NameSource,
-                 regions: Regions) -> set[int]:
-        """Replace every match (taken down as a region first, for the report); returns the ids of the nodes
-        added."""
+                 where: tuple[Regions, Positions]) -> set[int]:
+        """Replace every match (taken down as a region first, for the report) that the replace primitive accepts;
+        returns the ids of the nodes added."""
+        regions, positions = where
         removed: set[int] = set()
         new: set[int] = set()
         for match in matches:
-            release_shape_reads(match, names)  # kept intermediates whose Shape readers can read a survivor instead
+            # kept intermediates whose Shape readers can read a survivor instead
+            release_shape_reads(match, names, positions)
             gone = match.removed_nodes()
             old = [(n.name, n.op) for n in gone]
-            removed.update(id(n) for n in gone)
             before = regions.before(gone)
-            added = replace_match(graph, match, names)
+            try:
+                added = replace_match(graph, match, names, positions)
+            except ReplaceRefused as exc:  # an earlier replacement of the sweep made a path from output to input
+                self._refuse(match, str(exc), result.tracer)
+                continue
+            removed.update(id(n) for n in gone)
             new.update(id(n) for n in added)
             result.counts[match.pattern.name] += 1
             result.records.append(MatchRecord(
@@ -176,5 +194,5 @@ class RewritePass:
                 regions.region(match.pattern.name, match.variant.label, before, added),
             ))
         graph.nodes = [n for n in graph.nodes if id(n) not in removed]
-        result.modified = True
+        result.modified = result.modified or bool(new)
         return new - removed

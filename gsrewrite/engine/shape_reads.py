@@ -6,6 +6,8 @@ attention twice. Exporters (and simplify's shape folding, which reads a dim from
 have it) often measure such intermediates for dims the match's inputs or outputs have too. Shape inference
 names equal dims equally (``batch``, ``unk__3``), so a ``Shape`` reader whose dims all appear, in the same
 order, in a match input or output is pointed at that tensor instead, and the intermediate need not be kept.
+A reader whose result the match itself reads (T5's zero bias sized by the keys' length) is pointed at a match
+input only: read from an output, the replacement would compute its own input (a cycle).
 """
 
 from __future__ import annotations
@@ -13,37 +15,52 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine.acyclic import Positions
 from gsrewrite.engine.match import Match
+from gsrewrite.engine.replace import replacement_inputs
 from gsrewrite.graph.core import NameSource
 
 #: ``Shape`` takes ``start``/``end`` attributes from this opset on.
 _SHAPE_SLICE_OPSET = 15
 
 
-def release_shape_reads(match: Match, names: NameSource) -> None:
-    """Redirect the ``Shape`` readers of ``match.kept`` intermediates where possible; update ``match.kept``."""
+def release_shape_reads(match: Match, names: NameSource, positions: Positions | None = None) -> None:
+    """Redirect the ``Shape`` readers of ``match.kept`` intermediates where possible; update ``match.kept``.
+    ``positions``: the sweep's node numbering (kept up to date here)."""
     if not match.kept:
         return
-    survivors = _survivors(match)
+    positions = positions if positions is not None else Positions(match.graph)
+    survivors, inputs = _survivors(match), _survivors(match, outputs=False)
+    read = list(replacement_inputs(match).values())
     opset = int(match.graph.opset)
     inside = {id(n) for n in match.nodes.values()}
     still_kept = set()
     for name in match.kept:
         tensor = match.tensors[name]
         readers = [c for c in list(tensor.outputs) if id(c) not in inside]
-        if not all(_redirect(match.graph, reader, tensor, survivors, opset, names) for reader in readers):
-            still_kept.add(name)
+        for reader in readers:
+            # a reader the match's own inputs are computed from reads none of its outputs, nor those inputs
+            if positions.path(reader.outputs, read, inside):
+                candidates = [t for t in inputs if not positions.path(reader.outputs, [t], inside)]
+            else:
+                candidates = survivors
+            before = len(match.graph.nodes)
+            if _redirect(match.graph, reader, tensor, candidates, opset, names):
+                positions.rewired(reader, match.graph.nodes[before:])
+            else:
+                still_kept.add(name)
     match.kept = frozenset(still_kept)
 
 
-def _survivors(match: Match) -> list[gs.Tensor]:
-    """Tensors that exist after the replacement: the match outputs, then the inputs the replacement reads."""
+def _survivors(match: Match, outputs: bool = True) -> list[gs.Tensor]:
+    """Tensors that exist after the replacement: the match outputs (unless not ``outputs``), then the inputs the
+    replacement reads."""
     template = match.variant.template
-    outputs = [match.tensors[match.variant.outputs.get(o, o)] for o in match.replacement.outputs
-               if match.variant.outputs.get(o, o) in match.tensors]
+    written = [match.tensors[match.variant.outputs.get(o, o)] for o in match.replacement.outputs
+               if match.variant.outputs.get(o, o) in match.tensors] if outputs else []
     read = set(match.replacement.inputs)
     inputs = [match.tensors[i] for i in template.inputs if i in read and i in match.tensors]
-    return [t for t in [*outputs, *inputs] if isinstance(t, gs.Variable) and t.shape is not None]
+    return [t for t in [*written, *inputs] if isinstance(t, gs.Variable) and t.shape is not None]
 
 
 def _redirect(graph: gs.Graph, reader: gs.Node, tensor: gs.Tensor, survivors: list[gs.Tensor], opset: int,

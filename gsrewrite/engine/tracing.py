@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import onnx_graphsurgeon as gs
 
+    from gsrewrite.engine.match import Match
     from gsrewrite.engine.matcher import CompiledVariant
     from gsrewrite.patterns.template import TNode
 
@@ -46,15 +47,25 @@ class Tracer:
 
     def record(self, cv: CompiledVariant, depth: int, anchor: gs.Node, tn: TNode | None, gn: gs.Node | None,
                reason: str) -> None:
-        name = cv.pattern.name
-        size = len(cv.variant.template.nodes)
+        self.note(cv.pattern.name, cv.variant.label, len(cv.variant.template.nodes), depth, anchor, tn, gn, reason)
+
+    def refused(self, match: Match, reason: str) -> None:
+        """A complete match that passed its checks but that the engine refused (its replacement would make a
+        cycle): it ranks above every other near miss of the pattern."""
+        size = len(match.variant.template.nodes)
+        self.best.pop(match.pattern.name, None)
+        self.note(match.pattern.name, match.variant.label, size, size, match.anchor, None, None,
+                  f"refused by the engine: {reason}")
+
+    def note(self, name: str, variant: str, size: int, depth: int, anchor: gs.Node, tn: TNode | None,
+             gn: gs.Node | None, reason: str) -> None:
         current = self.best.get(name)
         # a failure after a full structural match (boundary or check) ranks above any partial one
         score = depth + (1 if tn is None and depth == size else 0)
         if current is not None and score <= current.depth + (1 if not current.template_node else 0):
             return
         self.best[name] = NearMiss(
-            pattern=name, variant=cv.variant.label, depth=depth, size=size, anchor=anchor.name or anchor.op,
+            pattern=name, variant=variant, depth=depth, size=size, anchor=anchor.name or anchor.op,
             template_node=tn.label if tn is not None else "", graph_node=(gn.name or gn.op) if gn else "",
             reason=reason,
         )

@@ -21,8 +21,8 @@ from typing import Any
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.contracts import CONTRACTS, METADATA_KEY, check_contracts
-from gsrewrite.contracts import describe as describe_contracts
+from gsrewrite.contracts import CONTRACTS, check_contracts
+from gsrewrite.contracts import state as state_contracts
 from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.legalize import legalize
 from gsrewrite.engine.rewrite import MatchRecord, PassResult, RewritePass
@@ -36,6 +36,7 @@ from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
+from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
 from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
@@ -81,6 +82,8 @@ class RewriteResult:
     #: the input contracts the kept rewrites narrow the model to (:mod:`gsrewrite.contracts`; also in its
     #: ``metadata_props``): asked for by the user, empty otherwise
     contracts: list[str] = field(default_factory=list)
+    #: the ``genai_config.json`` written for the model (:func:`gsrewrite.save_genai`), once written
+    genai: dict[str, Any] | None = None
 
     def report(self, verbose: bool = False) -> str:
         """A readable report: changed ops, nodes, parameters and size before/after, changes per pass and
@@ -97,10 +100,34 @@ class RewriteResult:
         report = rewrite_report(before, after, changes, dropped=self.dropped, skipped=self.skipped, verdict=verdict,
                                 verbose=verbose)
         report.blocks += [f"Contract: {name}: the model now accepts {CONTRACTS[name]}" for name in self.contracts]
+        if self.genai is not None:
+            report.blocks.append(_genai_line(self.genai))
         for step in (self.tuned, self.compressed):
             if step is not None:
                 report.blocks += step.report_blocks().blocks
         return report
+
+    def verdicts(self) -> dict[str, str]:
+        """Per pattern asked for, what became of it, as ``optimize`` decides: ``applied N`` (validated or not),
+        ``dropped: why`` (validation), ``skipped: why`` (device or contract policy, opset, target), or why it
+        did not match (the deepest near miss, a match the engine refused) when near misses were recorded."""
+        out: dict[str, str] = {}
+        for name in self.patterns:
+            count = self.counts.get(name, 0)
+            if name in self.skipped:
+                out[name] = f"skipped: {self.skipped[name]}"
+            elif name in self.dropped:
+                out[name] = f"dropped by validation: {self.dropped[name]}"
+            elif count:
+                checked = "validated" if self.validation is not None else "not validated (--validate runs it)"
+                out[name] = f"applied {count}, {checked}"
+            elif name in self.near_misses:
+                out[name] = f"no match: {self.near_misses[name].sentence()}"
+            elif self.explained and not self.attempts.get(name):
+                out[name] = "no match: no candidate node in the graph"
+            else:
+                out[name] = "no match"
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -120,10 +147,23 @@ class RewriteResult:
             "contracts": {name: CONTRACTS[name] for name in self.contracts},
             "seconds": round(self.seconds, 4),
         }
+        if self.genai is not None:
+            data["genai_config"] = self.genai
+        if self.explained:
+            data["verdicts"] = self.verdicts()
         for key, step in (("tune", self.tuned), ("compress", self.compressed)):
             if step is not None:
                 data[key] = step.to_dict()
         return data
+
+
+def _genai_line(config: dict[str, Any]) -> str:
+    """The report's line on the ``genai_config.json`` written."""
+    search, model = config["search"], config["model"]
+    tokens = [f"{key[:-9]} {model[key]}" for key in ("bos_token_id", "eos_token_id", "pad_token_id") if key in model]
+    return (f"onnxruntime-genai: context {model['context_length']}, max length {search['max_length']}, past and "
+            f"present share one buffer: {'yes' if search['past_present_share_buffer'] else 'no'}, special tokens: "
+            f"{', '.join(tokens) or 'none (no --tokenizer)'}")
 
 
 def apply(
@@ -159,8 +199,13 @@ def apply_fusions(model: ModelArg, fusions: Fusions, validate: ValidateArg = Tru
     fusions = dataclasses.replace(fusions, options=dataclasses.replace(
         fusions.options, contracts=check_contracts(fusions.options.contracts)))
     source = Source.of(model)
+    check_decoder(source.model, fusions.options.contracts)  # KV-cache contracts of a model without a cache: refused
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = rewrite(source, fusions, validation_kwargs(validate))
+        if wanted(fusions.options.contracts):
+            apply_kv_contracts(result, source.model, fusions.options.contracts, None,
+                               with_contracts(validation_kwargs(validate), fusions.options))
+            result.after = op_histogram(result.model)
         inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.weights_dir = source.weights_dir
     return result
@@ -190,6 +235,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     check_target(fusions.target)
     check_device(fusions.device)
     registry, selected = _select(options.registry, fusions.patterns, options.pattern_files)
+    named = [p.name for p in selected]  # every pattern asked for, those the policies skip too (explain lists them)
     selected, elsewhere = _for_device(selected, fusions.device)
     selected, narrowing = _within_contracts(selected, fusions.target, options.contracts)
     elsewhere.update(narrowing)
@@ -205,6 +251,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
                             graph if working is original else None)
     result = _result(original, out, run, selected)
     result.skipped.update(elsewhere)
+    result.patterns = named
     if reference is not None:
         result.before = op_histogram(reference)
     if validate and (result.changed or reference is not None):
@@ -248,10 +295,7 @@ def _state_contracts(result: RewriteResult, selected: list[Pattern], target: str
     result.contracts = sorted({p.narrows[target] for p in selected if p.narrows.get(target) and
                                result.counts.get(p.name)})
     if result.contracts and result.changed:
-        props = [prop for prop in result.model.metadata_props if prop.key != METADATA_KEY]
-        del result.model.metadata_props[:]
-        result.model.metadata_props.extend(props)
-        result.model.metadata_props.add(key=METADATA_KEY, value=describe_contracts(result.contracts))
+        state_contracts(result.model, result.contracts)
         result.serialized = None  # the bytes validation made lack the statement
 
 

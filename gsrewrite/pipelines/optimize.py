@@ -20,6 +20,8 @@ import onnx
 from gsrewrite.info import op_histogram
 from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite, with_contracts
+from gsrewrite.pipelines.genai import GENAI_TARGET, check_genai_model, with_genai_contracts
+from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
 from gsrewrite.pipelines.options import (
     CompressOptions,
     ModelArg,
@@ -48,8 +50,11 @@ def optimize(
 ) -> RewriteResult:
     """Simplify ``model`` (folding, elimination, dedup, ...) then apply ``patterns`` for ``target`` and
     ``device`` (see :func:`gsrewrite.apply`; ``rewrite`` holds apply's other settings: pattern files, opset,
-    explain, registry). ``simplify=False`` skips the cleanup passes; ``validate`` takes a
-    :class:`~gsrewrite.pipelines.ValidationOptions` too.
+    explain, registry, contracts). ``simplify=False`` skips the cleanup passes; ``validate`` takes a
+    :class:`~gsrewrite.pipelines.ValidationOptions` too. ``target="genai"``: the fusions of ``ort`` under the
+    contracts onnxruntime-genai's generate loop lives with (:data:`~gsrewrite.contracts.GENAI_CONTRACTS`), for a
+    decoder with a KV cache only; :func:`gsrewrite.save_genai` writes the folder the loop runs. The KV-cache
+    contracts (``shared-kv-buffer``, ``int8-kv-cache``) are made last, each validated.
 
     ``tune``: time the result with each matched fusion family left out, and the input itself, in onnxruntime here,
     and keep the fastest (``result.tuned`` says what was timed and why one was kept). ``compress``: a compression
@@ -57,6 +62,9 @@ def optimize(
     the strategy's tolerance (``result.compressed``; its refusals raise as :func:`gsrewrite.compress`'s do).
     """
     start = time.perf_counter()
+    genai = target == GENAI_TARGET
+    if genai:  # fusions for onnxruntime, under the contracts the genai loop lives with
+        target, rewrite = "ort", with_genai_contracts(rewrite or RewriteOptions())
     validation = validation_kwargs(validate)
     compression = CompressOptions.of(compress)
     if compression is not None:
@@ -66,6 +74,10 @@ def optimize(
         # an unknown name, a tolerance given twice or out of its range: refused before any work
         Criterion.of(tolerance_of(strategies().get(compression.strategy), **compression.tolerance())).check()
     source = Source.of(model)
+    if genai:
+        check_genai_model(source.model)  # a model the genai loop cannot run: refused before any work
+    else:
+        check_decoder(source.model, rewrite.contracts if rewrite is not None else ())
     with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
         result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
         inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
@@ -85,6 +97,9 @@ def _optimized(source: Source, patterns: Sequence[str], target: str, device: str
               lambda names: _fused(source.derived(source.model), _only(fusions, names), simplify, None), validation)
     if compression is not None:
         _compress(result, source.model, compression, validation)
+    if wanted(fusions.options.contracts):
+        apply_kv_contracts(result, source.model, fusions.options.contracts, fusions.options.max_length, validation)
+        _done(result, source.model)
     return result
 
 

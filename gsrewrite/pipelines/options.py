@@ -125,6 +125,8 @@ class ValidationOptions:
     providers: Sequence[str] | None = None
     max_memory: int | str | None = None
     noise_factor: float = 8.0
+    #: a tokenizer folder (``tokenizer.json``): token-id inputs are real text (:mod:`gsrewrite.validation.text`)
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or self.seed < 0:  # checked before any work (numpy's rule)
@@ -169,6 +171,9 @@ class RewriteOptions:
     registry: PatternRegistry | None = None
     #: input contracts the user accepts for faster fused ops (:mod:`gsrewrite.contracts`; none by default)
     contracts: Sequence[str] = ()
+    #: ``shared-kv-buffer``: the buffer's length (positions), what validation pads the past to; None: just
+    #: longer than each validation input needs
+    max_length: int | None = None
 
 
 #: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)

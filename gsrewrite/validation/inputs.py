@@ -17,9 +17,10 @@ input order:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from gsrewrite.errors import InputDataError
 from gsrewrite.validation.index_bounds import gather_index_bounds
 from gsrewrite.validation.shapes import OTHER_DEFAULT, ShapeSpec, resolve_shapes
 from gsrewrite.validation.signature import InputSpec
+from gsrewrite.validation.text import draw_text
 from gsrewrite.validation.value_hints import compared_values, is_position
 
 #: Exclusive upper bound of integer inputs that do not index a table.
@@ -56,6 +58,8 @@ class InputPlan:
     #: values the graph compares this input with: the input is filled with ``choices[choice]``
     choices: tuple[float, ...] = ()
     choice: int = 0
+    #: token ids of real text (:mod:`gsrewrite.validation.text`) to draw rows of, instead of uniform ids
+    text: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         last = None if self.start is None or not self.shape else self.start + self.shape[-1] - 1
@@ -76,6 +80,8 @@ class InputPlan:
             return draw_mask(rng, self.shape, self.dtype, mask_offset)
         if kind == "b":  # np.asarray: a rank-0 draw is a numpy scalar, which onnxruntime refuses
             return np.asarray(rng.random(self.shape) < 0.5)
+        if kind in "iu" and self.text is not None:
+            return draw_text(rng, self.text, self.shape, self.high or DEFAULT_INT_HIGH, self.dtype)
         if kind in "iu":
             return np.asarray(rng.integers(self.low or 0, self.high or DEFAULT_INT_HIGH, size=self.shape,
                                            dtype=self.dtype))
@@ -91,6 +97,8 @@ class InputPlan:
             values = f"positions {self.start}, {self.start + 1}, ... on every row"
         elif self.mask:
             values = "0/1 mask rows: " + ", ".join(MASK_KINDS) + " in turn (never fully masked)"
+        elif self.dtype.kind in "iu" and self.text is not None:
+            values = "token ids of real text (--tokenizer), a window per row"
         elif self.dtype.kind in "iu":
             values = f"uniform integers in [{self.low}, {self.high})"
         elif self.dtype.kind == "b":
@@ -162,3 +170,12 @@ def draw_mask(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype,
             values[row, holes] = 0
     return values
 
+
+
+def with_text(plans: Sequence[InputPlan], tokens: np.ndarray | None) -> list[InputPlan]:
+    """``plans`` with the token-id inputs (integers indexing a table of more than a few rows: not masks, positions
+    or flags) drawn from ``tokens`` (real text); unchanged without tokens."""
+    if tokens is None:
+        return list(plans)
+    return [dataclasses.replace(p, text=tokens) if p.dtype.kind in "iu" and not p.mask and p.start is None
+            and not p.choices and (p.high or 0) > DEFAULT_INT_HIGH else p for p in plans]

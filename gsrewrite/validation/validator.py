@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
+from gsrewrite.validation.candidate_inputs import CandidateInputs
 from gsrewrite.validation.class_scores import ClassAxis, class_axes
 from gsrewrite.validation.control import control_inputs
 from gsrewrite.validation.criteria import AGREEMENT, ELEMENTS, NOISE_FACTOR, Criterion
 from gsrewrite.validation.dims import InputDims, input_dims
 from gsrewrite.validation.given_inputs import InputSource, prepare_inputs
 from gsrewrite.validation.input_sets import InputSet, build_set, fit_budget
+from gsrewrite.validation.inputs import with_text
 from gsrewrite.validation.kept_outputs import KeptOutputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, memory_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
@@ -34,6 +36,7 @@ from gsrewrite.validation.sizes import (
     size_sets,
     symbols_consistent,
 )
+from gsrewrite.validation.text import text_tokens
 
 log = logging.getLogger(__name__)
 
@@ -95,14 +98,16 @@ class Validator:
     Use it when several candidates are compared with one original (bisecting a failed rewrite): the
     original's session and outputs are computed once. Options are those of :func:`validate`; ``criterion``, when
     given, is the whole pass/fail rule (its ``atol``/``rtol`` replace those given); ``contracts``: input contracts
-    the user accepted (:mod:`gsrewrite.contracts`), whose excluded inputs are not tried.
+    the user accepted (:mod:`gsrewrite.contracts`), whose excluded inputs are not tried; ``tokenizer``: a folder
+    with ``tokenizer.json`` whose encoding of real text feeds the token-id inputs (:mod:`gsrewrite.validation.text`).
     """
 
     def __init__(self, original: ModelArg, *, inputs: InputSource | None = None,
                  input_shapes: ShapeSpec | None = None, runs: int = 1, atol: float = 1e-4, rtol: float = 1e-3,
                  seed: int = 0, providers: Sequence[str] | None = None, max_memory: int | str | None = None,
                  criterion: Criterion | None = None, noise_factor: float = NOISE_FACTOR,
-                 contracts: Sequence[str] = ()) -> None:
+                 contracts: Sequence[str] = (), candidate_inputs: CandidateInputs | None = None,
+                 tokenizer: str | None = None) -> None:
         self.criterion = criterion if criterion is not None else Criterion(atol=atol, rtol=rtol,
                                                                            noise_factor=noise_factor)
         atol, rtol = self.criterion.atol, self.criterion.rtol
@@ -112,6 +117,8 @@ class Validator:
             raise UsageError("input shapes apply to generated inputs; they cannot be combined with given inputs")
         self.runs, self.atol, self.rtol, self.seed, self.providers = runs, atol, rtol, seed, providers
         self.contracts = tuple(contracts)  # input contracts the user accepted: their inputs are not tried
+        self.tokens = text_tokens(tokenizer) if tokenizer is not None else None  # real text for token ids
+        self.candidate_inputs = candidate_inputs  # a contract's translation of the feed (None: the same feed)
         self._dims: InputDims | None = None
         self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
@@ -185,7 +192,7 @@ class Validator:
             if sizes[0].shapes in seen:
                 continue  # no dim follows this change: the same inputs again cannot help
             seen.append(sizes[0].shapes)
-            first = build_set(proto, self.specs, sizes[0], 0, self.seed)
+            first = self._with_text(build_set(proto, self.specs, sizes[0], 0, self.seed))
             for choice in range(first.choices):
                 attempt = first.with_choice(choice)
                 try:
@@ -204,6 +211,14 @@ class Validator:
         raise ValidationError(f"{failures[0]}" + (f" [input dims tied by the graph: {tied}]" if tied else "") +
                               (f" ({len(failures) - 1} other input set(s) tried, rejected too)"
                                if len(failures) > 1 else ""))
+
+    def _with_text(self, input_set: InputSet) -> InputSet:
+        """``input_set`` with its token ids drawn from real text, when a tokenizer was given."""
+        if self.tokens is None or not input_set.plans:
+            return input_set
+        input_set.plans = with_text(input_set.plans, self.tokens)
+        input_set.described = {**input_set.described, **{p.name: p.describe() for p in input_set.plans}}
+        return input_set
 
     def _prefill(self, session: Session, input_set: InputSet) -> None:
         """A decoder's generated set: each run's past made by the original's own prefill, its mask and positions
@@ -248,12 +263,16 @@ class Validator:
     def check(self, candidate: ModelArg) -> ValidationReport:
         """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
         model = resolve_model(candidate, "candidate")
-        check_same_inputs(self.specs, model_inputs(model.proto))
+        adapted = self.candidate_inputs
+        check_same_inputs(self.specs if adapted is None else adapted.specs(self.specs), model_inputs(model.proto))
         per_run: list[OutputComparison] = []
         with open_session(model, self.providers) as session:
             for input_set, expected in zip(self.sets, self.outputs, strict=True):
                 for run in range(self.runs):
-                    outputs = _run(session, input_set.feed(run), input_set.described)
+                    feed = input_set.feed(run)
+                    outputs = _run(session, feed if adapted is None else adapted.feed(feed), input_set.described)
+                    if adapted is not None:
+                        outputs = adapted.outputs(outputs, expected[run])
                     compared = compare_run(run, expected[run], outputs, self.atol, self.rtol,
                                            criterion=self.criterion, class_axes=self.class_axes)
                     self.kept.release(expected[run])

@@ -108,15 +108,74 @@ def attention_scale(match: Match) -> float:
 
 @reads("k4", "q4", "v4")
 def attention_heads_inputs(match: Match) -> str | None:
-    """Q and V are [B, H, S, dh] with known H and dh; K has rank 4 (or 5: a repeated-KV expansion)."""
-    q, v, k = match.shape("q4"), match.shape("v4"), match.shape("k4")
-    if q is None or len(q) != 4 or query_heads(match) is None:
-        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count and size"
-    if v is None or len(v) != 4:
-        return f"V has shape {v}, not [batch, heads, sequence, head_size]"
-    if k is None or len(k) not in (4, 5):
-        return f"K has shape {k}, not split into heads"
+    """Q, K and V are [B, H, S, dh] with the same known H and dh (K may be a [B, Hkv, rep, L, dh] expansion of
+    Hkv x rep = H heads): the head counts follow from the shapes. K/V of one head under Q of several (multi-query
+    attention, broadcast by the MatMuls) are ``mqa-4d``'s."""
+    found = _head_counts(match)
+    if isinstance(found, str):
+        return found
+    (heads, size), (k_heads, k_size), (v_heads, v_size) = found
+    if (k_heads, v_heads) == (1, 1) and heads > 1:
+        return f"K and V have 1 head for {heads} Q heads: multi-query attention (mqa-4d), not multi-head"
+    if k_heads != heads or v_heads != heads or k_size != size or v_size != size:
+        return (f"{heads} Q heads of size {size} do not match K's {k_heads} of size {k_size} and V's {v_heads} of "
+                f"size {v_size}")
     return None
+
+
+@reads("k4", "q4", "v4")
+def multi_query_inputs(match: Match) -> str | None:
+    """Q is [B, H, S, dh] with H > 1, K and V are [B, 1, L, dh]: one KV head shared by every Q head (Falcon's
+    multi-query attention; the MatMuls broadcast it), known from the shapes."""
+    found = _head_counts(match)
+    if isinstance(found, str):
+        return found
+    (heads, size), (k_heads, k_size), (v_heads, v_size) = found
+    if (k_heads, v_heads) != (1, 1) or heads <= 1 or len(match.shape("k4") or ()) != 4:
+        return f"K and V have {k_heads} and {v_heads} heads for {heads} Q heads: not multi-query attention"
+    if k_size != size or v_size != size:
+        return f"head sizes differ: Q {size}, K {k_size}, V {v_size}"
+    return None
+
+
+@reads("q4")
+def multi_query_repeats(match: Match) -> np.ndarray:
+    """The Expand target that repeats the one KV head [B, 1, L, dh] for every Q head: [1, H, 1, 1]."""
+    found = query_heads(match)
+    if found is None:
+        raise CheckFailed("cannot tell the number of heads of Q")
+    return np.array([1, found[0], 1, 1], dtype=np.int64)
+
+
+@reads("cap", "cap2")
+def softcap_constants(match: Match) -> str | None:
+    """The soft-cap divides and multiplies by one positive finite value (``cap * tanh(s / cap)``)."""
+    values = [match.constant(name) for name in ("cap", "cap2")]
+    if any(v is None or v.size != 1 for v in values):
+        return "the soft-cap is not a single constant"
+    first, second = (float(np.asarray(v).reshape(-1)[0]) for v in values)
+    if not (np.isfinite(first) and first > 0) or first != second:
+        return f"the scores are divided by {first:g} and multiplied by {second:g}: not a soft-cap"
+    return None
+
+
+def _head_counts(match: Match) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]] | str:
+    """(heads, head size) of Q, K and V from their shapes (K of rank 5: Hkv x rep heads), or why not known."""
+    q = match.shape("q4")
+    heads = query_heads(match)
+    if q is None or len(q) != 4 or heads is None:
+        return f"Q has shape {q}: not [batch, heads, sequence, head_size] with a known head count and size"
+    counts = []
+    for name, label in (("k4", "K"), ("v4", "V")):
+        shape = match.shape(name)
+        ranks = (4, 5) if name == "k4" else (4,)
+        if shape is None or len(shape) not in ranks:
+            return f"{label} has shape {shape}, not split into heads"
+        lead = shape[1:-2]  # [H] or [Hkv, rep]
+        if not all(isinstance(d, int) and d > 0 for d in lead) or not isinstance(shape[-1], int):
+            return f"{label} has shape {shape}: its head count and size do not follow from the shapes"
+        counts.append((int(np.prod(lead)), int(shape[-1])))
+    return (heads, counts[0], counts[1])
 
 
 @reads("q4")
@@ -148,9 +207,17 @@ def query_heads(match: Match) -> tuple[int, int] | None:
         node = tensor.inputs[0]
         if node.op == "Reshape":
             return _heads_of_reshape(node)
+        if node.op not in _KEEP_HEADS:  # a Slice or Gather of the heads (Falcon's fused QKV) changes the count
+            return None
         tensor = next((t for t in node.inputs if not isinstance(t, gs.Constant) and t.inputs), None)
         steps += 1
     return None
+
+
+#: ops between Q's head reshape and the attention that keep its head count (rotary's arithmetic, the head
+#: transpose, casts); the walk up from Q stops at anything else
+_KEEP_HEADS = frozenset({"Add", "Sub", "Mul", "Div", "Neg", "Transpose", "Cast", "Identity",
+                         "RotaryEmbedding"})
 
 
 def _heads_of_reshape(node: gs.Node) -> tuple[int, int] | None:
@@ -234,12 +301,15 @@ CHECKS: dict[str, Callable[[Match], str | None]] = {
     "attention_scores": attention_scores,
     "attention_heads_inputs": attention_heads_inputs,
     "attention_cache": attention_cache,
+    "multi_query_inputs": multi_query_inputs,
+    "softcap_constants": softcap_constants,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "attention_num_heads": attention_num_heads,
     "attention_scale": attention_scale,
     "attention_heads_from_q": attention_heads_from_q,
     "attention_kv_shape": attention_kv_shape,
+    "multi_query_repeats": multi_query_repeats,
 }
 
 

@@ -149,8 +149,8 @@ def test_the_reference_run_starts_with_the_first_change(monkeypatch):
     start, run_once = bisect.Checker.start, driver._run_once
     monkeypatch.setattr(bisect.Checker, "start", lambda self: events.append("start") or start(self))
 
-    def logged(graph, pass_):
-        outcome = run_once(graph, pass_)
+    def logged(graph, pass_, *rest):
+        outcome = run_once(graph, pass_, *rest)
         events.append(f"{pass_.name}:{outcome[1]}")
         return outcome
 

@@ -1,0 +1,103 @@
+"""The ``int8-kv-cache`` contract: the past and present as int8, GroupQueryAttention's quantized cache
+(``k_quant_type``/``v_quant_type`` ``PER_CHANNEL``, ``kv_cache_bit_width`` 8, ``k_scale``/``v_scale`` inputs; the CPU
+kernel of onnxruntime >= 1.31 runs it).
+
+The scales are fixed in the model, one per KV head and channel of each layer's keys and values: the original's
+own prefill of :data:`CALIBRATION_TOKENS` random token ids gives each channel's largest magnitude, with room above
+it (a value beyond is clipped). Random ids understate real text: SmolLM2's keys and values after its chat prompt
+reach 3.6x the largest of a 64-token random prefill (1-5% of them clipped at 1.25x room), and greedy decoding then
+answers nonsense; with 2.5x room it keeps its answer and passes validation (1.25x, 2x and 4x do not), while the
+tiny test decoder passes at 1.25x only. So the room is tried in the order of :data:`MARGINS`, the first whose
+result validates kept (headroom first, for text the validation's random inputs do not show). The cache takes a
+quarter of the float32 memory; the outputs move by int8 rounding, so the result is validated with a compression's
+tolerance (:data:`TOLERANCE`), never with float32's, and a model no room fits is dropped with the verdict.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from gsrewrite.pipelines.decoder_signature import DecoderSignature
+from gsrewrite.pipelines.kv_buffer import cache_attention
+from gsrewrite.validation.signature import model_inputs
+
+log = logging.getLogger(__name__)
+
+#: token ids the calibration prefill runs (batch 1)
+CALIBRATION_TOKENS = 64
+#: the room above a channel's largest calibrated magnitude, in the order tried (see the module docstring)
+MARGINS = (2.5, 1.25)
+#: what the validation of an int8 cache holds it to (validate's keyword arguments): compression's int8 tolerance
+TOLERANCE = {"min_cosine": 0.99, "min_agreement": 0.98, "min_top1": 0.98}
+_K_SCALE, _V_SCALE = 12, 13  # GroupQueryAttention's k_scale and v_scale inputs
+
+
+def calibrate(model: onnx.ModelProto, signature: DecoderSignature, reference: onnx.ModelProto,
+              seed: int = 0) -> dict[str, np.ndarray] | str:
+    """The largest magnitude of each past input's channels ([1, kv_heads, 1, head_size]) after ``reference``'s (the
+    original's) prefill of random token ids; or why ``model``'s cache cannot be quantized."""
+    attention = cache_attention(model, signature)
+    return attention if isinstance(attention, str) else _calibrate(reference, signature, seed)
+
+
+def quantize_kv_cache(model: onnx.ModelProto, signature: DecoderSignature, largest: dict[str, np.ndarray],
+                      margin: float) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``model`` (a copy) with an int8 cache, and the scales of each past input: ``margin`` times the
+    largest magnitude :func:`calibrate` found, over 127."""
+    calibrated = {past: (value * margin / 127).astype(np.float32) for past, value in largest.items()}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    producers = {o: node for node in out.graph.node for o in node.output}
+    for layer in signature.layers:
+        node = producers[layer.present_key]
+        inputs = list(node.input) + [""] * max(0, _K_SCALE - len(node.input))
+        names = [f"{layer.past_key}_scale", f"{layer.past_value}_scale"]
+        inputs[_K_SCALE:_V_SCALE + 1] = names
+        del node.input[:]
+        node.input.extend(inputs)
+        kept = [a for a in node.attribute if a.name not in ("k_quant_type", "v_quant_type", "kv_cache_bit_width")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("k_quant_type", "PER_CHANNEL"),
+                               helper.make_attribute("v_quant_type", "PER_CHANNEL"),
+                               helper.make_attribute("kv_cache_bit_width", 8)])
+        for name, past in zip(names, (layer.past_key, layer.past_value), strict=True):
+            out.graph.initializer.append(numpy_helper.from_array(calibrated[past], name))
+    cache = set(signature.pairs) | set(signature.pairs.values())
+    for value in [*out.graph.input, *out.graph.output]:
+        if value.name in cache:
+            value.type.tensor_type.elem_type = onnx.TensorProto.INT8
+    log.info("int8-kv-cache: %d layer(s) quantized, scales from a prefill of %d tokens with %gx room",
+             len(signature.layers), CALIBRATION_TOKENS, margin)
+    return out, calibrated
+
+
+def _calibrate(reference: onnx.ModelProto, signature: DecoderSignature, seed: int) -> dict[str, np.ndarray] | str:
+    """Each past input's per-channel largest magnitude in the reference's presents after a prefill of random ids."""
+    from gsrewrite.errors import GsrewriteError
+    from gsrewrite.validation.runner import run_once
+
+    specs = {spec.name: spec for spec in model_inputs(reference)}
+    known = {signature.input_ids, signature.attention_mask, signature.position_ids, *signature.pairs}
+    other = sorted(set(specs) - known)
+    if other:
+        return f"cannot calibrate the scales: the prefill needs the input(s) {', '.join(other)}"
+    rng = np.random.default_rng(seed)
+    tokens = CALIBRATION_TOKENS
+    feed = {signature.input_ids: rng.integers(0, signature.vocab_size, (1, tokens)).astype(
+        specs[signature.input_ids].dtype)}
+    if signature.attention_mask is not None:
+        feed[signature.attention_mask] = np.ones((1, tokens), specs[signature.attention_mask].dtype)
+    if signature.position_ids is not None:
+        feed[signature.position_ids] = np.arange(tokens)[None].astype(specs[signature.position_ids].dtype)
+    for past in signature.pairs:
+        feed[past] = np.zeros((1, signature.kv_heads, 0, signature.head_size), specs[past].dtype)
+    try:
+        presents = run_once(reference, feed)
+    except GsrewriteError as exc:
+        return f"the calibration prefill failed: {str(exc).splitlines()[0]}"
+    return {past: np.maximum(np.abs(np.asarray(presents[present], dtype=np.float32)).max(axis=(0, 2), keepdims=True),
+                             1e-6) for past, present in signature.pairs.items()}
