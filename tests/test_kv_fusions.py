@@ -144,3 +144,13 @@ def test_a_padded_batched_prompt_is_what_unpadded_prompts_gives_up(tmp_path: Pat
     single = {k: v[1:] for k, v in feeds.items()}  # the same padded row alone: batch 1 keeps any positions
     np.testing.assert_allclose(real.run(fused, single)[key][0, :, 3:], real.run(path, single)[key][0, :, 3:],
                                atol=1e-4, rtol=1e-3)
+
+
+def test_compression_after_contracted_fusions_is_validated_on_the_contracts_inputs(tmp_path: Path) -> None:
+    """optimize --contract ... --compress int4: the compression's validation tries the inputs the contracts keep,
+    as the fusions' did (it ran the chunk set at batch 2, which GroupQueryAttention refuses)."""
+    path = real.load_real_decoder(tmp_path)
+    result = optimize(str(path), rewrite=RewriteOptions(contracts=FAST), compress="int4")
+    assert result.contracts == list(FAST) and result.compressed is not None
+    ops = Counter(n.op_type for n in result.model.graph.node)
+    assert ops["GroupQueryAttention"] == 1 and ops["MatMulNBits"] >= 1, dict(ops)
