@@ -30,6 +30,11 @@ hidden 1024, 16 query / 4 KV heads, 6 layers, intermediate 2816, vocab 32000); `
     /work/fixture-venv/bin/python benchmarks/make_base_width.py --kv                     # gpt2, llama: ~3 min
     /work/fixture-venv/bin/python benchmarks/make_base_width.py --kv --only llama_2g     # 2.3 GB: 2-4 min per variant
 
+``--kv --hf`` also saves each decoder's seeded Hugging Face checkpoint (the same weights the export holds) to
+``NAME_hf/`` next to it, what onnxruntime-genai's model builder reads (``benchmarks/decode_vs_builder.py``)::
+
+    /work/fxenv/bin/python benchmarks/make_base_width.py --kv --only llama --variant dynamo_kv --hf
+
 ``--time`` (project venv; needs only numpy and onnxruntime) times every model of the folder in onnxruntime
 (CPU, 1 thread, ORT_ENABLE_ALL, interleaved), with ``--optimize`` also after ``gsrewrite optimize``, and
 writes ``TIMES.md`` next to them (docs/benchmarks.md)::
@@ -134,6 +139,23 @@ def make_one(name: str, variant: str, out_dir: Path) -> Made:
         if res.max_diff > ATOL:
             made.error = f"max |ort - torch| {res.max_diff:.1e} > {ATOL:g}"
     return made
+
+
+def save_hf(name: str, out_dir: Path, perturb: bool = True) -> Path:
+    """The seeded decoder ``name`` (the weights its exports hold) as a Hugging Face checkpoint in ``NAME_hf/``, with
+    a word-level tokenizer of its vocabulary (``t0``, ``t1``, ...: the model builder insists on one)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model, cfg = mm.build(kv_spec(name), "eager", perturb)
+    folder = out_dir / f"{name}_hf"
+    model.save_pretrained(folder)
+    words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(cfg.vocab_size)}, unk_token="t0"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1",
+                            eos_token="t2").save_pretrained(folder)
+    print(f"  wrote {folder}", flush=True)
+    return folder
 
 
 def make_kv_one(name: str, variant: str, out_dir: Path, perturb: bool = True) -> Made:
@@ -314,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"exporter variant(s) ({defaults})")  # fmt: skip
     p.add_argument("--kv", action="store_true", help="decoders with a KV cache (gpt2, llama, llama_2g) instead")
     p.add_argument("--hf-norms", action="store_true", help="--kv: keep HF's norm init (weights 1) unperturbed")
+    p.add_argument("--hf", action="store_true", help="--kv: also save each decoder's Hugging Face checkpoint")
     p.add_argument("--out", type=Path, help=f"output folder (default: {OUT_DIR}; --kv: {KV_OUT_DIR})")
     p.add_argument("--time", action="store_true", help="time the models of --out instead (onnxruntime)")
     p.add_argument("--optimize", action="store_true", help="with --time: gsrewrite optimize each model first")
@@ -332,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{', '.join(configs)}; variants: {', '.join(variants)})")  # fmt: skip
     names = args.only or list(KV_DEFAULT if args.kv else CONFIGS)
     variants = args.variant or (kv.VARIANTS if args.kv else VARIANTS)
+    if args.hf and args.kv:
+        for name in names:
+            save_hf(name, out, not args.hf_norms)
     return int(generate(names, list(variants), out, args.kv, not args.hf_norms) > 0)
 
 

@@ -22,6 +22,10 @@ CONTRACTS = {
     "batch1-chunks": "several new tokens over a non-empty past only at batch 1 (onnxruntime's CPU "
                      "GroupQueryAttention refuses them at batch > 1: chunked prefill and speculative decoding of "
                      "several sequences at once); a decode step of one token runs at any batch",
+    "unpadded-prompts": "a prompt over an empty past at batch > 1 only when every row has the same position ids, "
+                        "no padding (onnxruntime's GroupQueryAttention rotates a step over an empty past by the "
+                        "first row's positions: a padded batched prompt); decode steps, chunks and prompts at "
+                        "batch 1 keep any position ids",
     "shared-kv-buffer": "the past as one buffer of the longest length that the present shares (onnxruntime-genai's "
                         "past_present_share_buffer): the attention mask's length says how much of it is valid (mask "
                         "length - new tokens), the present comes back at the buffer's length, not past + new",

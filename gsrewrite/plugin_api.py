@@ -41,6 +41,7 @@ _LAZY: dict[str, str] = {
     "copy_fields": "gsrewrite.graph.core",  # every set field of one protobuf message into another, but some
     **dict.fromkeys(("DimValue", "dim_of", "ceil_div", "floor_div", "sym", "dim_max"), "gsrewrite.shapes.symdim"),
     "dim_mul": "gsrewrite.shapes.symdim:mul",
+    "dim_add": "gsrewrite.shapes.symdim:add",
     **dict.fromkeys(("CompressionStrategy", "GraphPass", "OpCost", "OpProfiler", "ShapeHandler", "TensorType",
                      "Tolerance"), "gsrewrite.protocols"),
 }

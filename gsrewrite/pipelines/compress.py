@@ -213,11 +213,12 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
              input_shapes: Any = None, min_cosine: float | None = None, max_abs: float | None = None,
              min_agreement: float | None = None, min_top1: float | None = None, bench_runs: int = 0,
              bench_threads: int = 1, allow_slower: bool = False, reference: onnx.ModelProto | None = None,
-             **options: Any) -> CompressResult:
+             contracts: Sequence[str] = (), **options: Any) -> CompressResult:
     """Compress ``model`` with the strategy called ``strategy`` (``options`` go to it), validate against
     ``reference`` (default: ``model``; ``optimize --compress`` gives the unfused input) with the strategy's
     tolerance (``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1`` replace its values), time both when
-    ``bench_runs`` > 0 (one model at a time), report.
+    ``bench_runs`` > 0 (one model at a time), report. ``contracts``: the input contracts ``model`` was fused under
+    (``optimize --contract``): validation tries only the inputs they keep, as the fusions' did.
 
     ``model`` may be a :class:`~gsrewrite.pipelines.options.Source` read with its weights left in their files
     (``Source.mapped``): a strategy that reads weights one at a time (``reads_references = True``: int4, int8,
@@ -235,7 +236,8 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
         result = _compress(source, strategy, validate, inputs, input_shapes,
                            {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,
-                            "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options)
+                            "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options,
+                           tuple(contracts))
         inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
     result.weights_dir = source.weights_dir if has_references(result.model) else None
     return result
@@ -243,7 +245,8 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
 
 def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_shapes: Any,
               limits: dict[str, float | None], bench_runs: int, bench_threads: int, allow_slower: bool,
-              reference: onnx.ModelProto | None, options: dict[str, Any]) -> CompressResult:
+              reference: onnx.ModelProto | None, options: dict[str, Any], contracts: tuple[str, ...] = ()
+              ) -> CompressResult:
     original = source.model
     baseline: Any = reference if reference is not None else source.reference()
     chosen = strategies().get(strategy)
@@ -267,7 +270,7 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     start = time.perf_counter()  # one compression: the reference run, the strategy, the candidate's validation
     if validate:  # the reference first, alone in memory: a model onnxruntime cannot run is bad input (exit 2)
         with stage("validating: reference run"):
-            validator = _reference(baseline, inputs, input_shapes, Criterion.of(tolerance))
+            validator = _reference(baseline, inputs, input_shapes, Criterion.of(tolerance), contracts)
     timed = _time_original(baseline, inputs, input_shapes, bench_runs, bench_threads) if bench_runs else None
     # a strategy that reads weights as arrays from the proto gets them read in (a copy of every weight)
     given_model = original if getattr(chosen, "reads_references", False) or not has_references(original) \
@@ -299,14 +302,16 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     return result
 
 
-def _reference(baseline: Any, inputs: Any, input_shapes: Any, criterion: Criterion) -> Validator:
+def _reference(baseline: Any, inputs: Any, input_shapes: Any, criterion: Criterion,
+               contracts: tuple[str, ...] = ()) -> Validator:
     """The original's outputs on validation's inputs, with as many input sets per size as the rates need (a few
     labels cannot show a 1% change: judged on more generated sets, see :func:`_rate_runs`). Runs before the
     strategy, so that onnxruntime's session of the original never shares memory with the compressed model."""
     from gsrewrite.validation import Validator
     from gsrewrite.validation.validator import compare_run
 
-    validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=criterion)
+    validator = Validator(baseline, inputs=inputs, input_shapes=input_shapes, criterion=criterion,
+                          contracts=contracts)
     if inputs is not None:
         return validator
     samples: dict[str, int] = {}  # elements of each label output, rows of each set of class scores
@@ -321,7 +326,7 @@ def _reference(baseline: Any, inputs: Any, input_shapes: Any, criterion: Criteri
     if runs == 1:
         return validator
     del validator
-    return Validator(baseline, input_shapes=input_shapes, runs=runs, criterion=criterion)
+    return Validator(baseline, input_shapes=input_shapes, runs=runs, criterion=criterion, contracts=contracts)
 
 
 def _load(path: str) -> onnx.ModelProto:

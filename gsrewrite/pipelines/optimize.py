@@ -189,7 +189,8 @@ def _compress(result: RewriteResult, original: onnx.ModelProto, compression: Com
     # a weightless model as it is: compress reads the references in for a strategy that does not read them itself
     compressed = compress(result.model, compression.strategy, reference=original,
                           validate=validation is not None, inputs=given.get("inputs"),
-                          input_shapes=given.get("input_shapes"), bench_runs=0, **compression.kwargs())
+                          input_shapes=given.get("input_shapes"), bench_runs=0,
+                          contracts=given.get("contracts", ()), **compression.kwargs())
     result.compressed = compressed
     result.model, result.serialized = compressed.model, None
     _done(result, original)

@@ -75,7 +75,7 @@ def related_size_sets(dims: InputDims, sample: Mapping[str, int], contracts: Con
     the sample (a decode step), a prefill (no past, :data:`PREFILL_TOKENS` new tokens), a chunk
     (:data:`CHUNK_TOKENS` new tokens over the sample's past, at its batch) and a long past (:data:`LONG_PAST`,
     within the model's position tables). Sets the dims cannot take are left out. ``contracts``: input contracts the
-    user accepted (``batch1-chunks``: the chunk set runs at batch 1)."""
+    user accepted (``batch1-chunks``: the chunk set runs at batch 1; ``unpadded-prompts``: the prefill does)."""
     fixed = dims.fixed
     if dims.is_decoder:
         new = dims.new_tokens
@@ -85,8 +85,10 @@ def related_size_sets(dims: InputDims, sample: Mapping[str, int], contracts: Con
         # several new tokens over a past at the sample's batch (2): chunked prefill, speculative decoding, a
         # multi-turn chat's next prompt; kernels that take one new token or batch 1 only are caught here
         chunk = {**sample, **{n: CHUNK_TOKENS for n in new if n not in fixed}}
-        if "batch1-chunks" in contracts:
-            chunk.update({n: 1 for n, role in dims.roles.items() if role == "batch" and n in chunk and n not in fixed})
+        for accepted, narrowed in (("batch1-chunks", chunk), ("unpadded-prompts", prefill)):
+            if accepted in contracts:
+                narrowed.update({n: 1 for n, role in dims.roles.items()
+                                 if role == "batch" and n in narrowed and n not in fixed})
         long = {**sample, **{n: 1 for n in new if n not in fixed}, **{n: 0 for n in past if n not in fixed}}
         limit = _past_limit(dims, long)
         longest = LONG_PAST if limit is None else max(0, min(LONG_PAST, limit // max(len(past), 1)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gsrewrite.plugin_api import CheckFailed, Match, reads
+from gsrewrite.plugin_api import CheckFailed, Match, dim_add, dim_of, reads
 
 from .attention import query_heads
 
@@ -91,6 +91,22 @@ def repeated_kv_cache(match: Match) -> str | None:
     return None
 
 
+@reads("kk", "mask", "past_k")
+def mask_holds_lengths(match: Match) -> str | None:
+    """The bias [batch, 1 or heads, sequence, total] has the cache's batch and past + new tokens as its last dim,
+    so GroupQueryAttention's lengths can be read off it (the same tensor in every layer)."""
+    bias, cache, added = match.shape("mask"), match.shape("past_k"), match.shape("kk")
+    if match.tensor("mask") is None or bias is None or len(bias) != 4:
+        return f"no bias of [batch, heads, sequence, total] to read the lengths off (mask {bias})"
+    if cache is None or added is None or len(cache) != 4 or len(added) != 4:
+        return f"past_k {cache} / kk {added}: not [batch, kv_heads, length, head_size]"
+    batch, total, past, new = (dim_of(d) for d in (bias[0], bias[3], cache[2], added[2]))
+    if batch is None or batch != dim_of(cache[0]) or total is None or past is None or new is None \
+            or total != dim_add(past, new):
+        return f"the bias {bias} does not hold the batch and past + new length of past_k {cache} and kk {added}"
+    return None
+
+
 @reads("k/expand", "k/repeat", "k/unsqueeze", "q4")
 def repeated_kv_heads(match: Match) -> int:
     """The number of KV heads before the repetition (GroupQueryAttention's ``kv_num_heads``)."""
@@ -160,5 +176,6 @@ def _may_equal(a: Any, b: Any) -> bool:
     return any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in (a, b))
 
 
-CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv, "repeated_kv_cache": repeated_kv_cache}
+CHECKS: dict[str, Callable[[Match], str | None]] = {"repeated_kv": repeated_kv, "repeated_kv_cache": repeated_kv_cache,
+                                                     "mask_holds_lengths": mask_holds_lengths}
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {"repeated_kv_heads": repeated_kv_heads}

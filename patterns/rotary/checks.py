@@ -190,6 +190,18 @@ def rotate_half_positions(match: Match) -> str | None:
     return None
 
 
+@reads("cos", "sin", "x")
+def tables_of_x_batch(match: Match) -> str | None:
+    """The per-token tables have x's own batch (the same dim, not a broadcast 1): the ids made from a table's
+    [batch, sequence] then index x's tokens without being expanded to x's shape."""
+    shape = match.shape("x")
+    for name in ("cos", "sin"):
+        table = match.shape(name)
+        if shape is None or table is None or len(table) != 4 or table[0] is None or table[0] != shape[0]:
+            return f"{name} has shape {table}: its batch is not x's {shape and shape[0]} (broadcast ids)"
+    return None
+
+
 #: ops through which both halves of the last axis stay equal (elementwise, or moving other axes)
 _HALF_KEEPING = frozenset({"Cos", "Sin", "Cast", "Identity", "Unsqueeze"})
 
@@ -239,7 +251,7 @@ def rotary_half_width(match: Match) -> np.ndarray:
 
 CHECKS: dict[str, Callable[[Match], str | None]] = {
     "rotate_half": rotate_half, "rotate_half_dynamic": rotate_half_dynamic,
-    "rotate_half_positions": rotate_half_positions,
+    "rotate_half_positions": rotate_half_positions, "tables_of_x_batch": tables_of_x_batch,
 }
 COMPUTATIONS: dict[str, Callable[[Match], Any]] = {
     "rotary_cos_cache": rotary_cos_cache,
