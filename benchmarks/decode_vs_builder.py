@@ -13,11 +13,12 @@ Per model (an export with a KV cache, optimum's signature, and the Hugging Face 
 * ``gsrewrite optimize`` with the default contract (attention over the repeated cache: MultiHeadAttention),
   with ``--contract batch1-chunks`` (GroupQueryAttention) and with ``--contract batch1-chunks --contract
   unpadded-prompts`` (GroupQueryAttention rotating Q/K itself over one packed QKV projection);
-* ``gsrewrite optimize --compress int4`` by default and under both contracts (``--min-top1 0 --min-cosine 0.5``:
-  random-weight logits are near ties, and SmolLM2-135M's int4 misses the default tolerance, logits cosine 0.91;
-  the table gives every variant's cosine, the builder's included), and the latter with MatMulNBits'
-  ``accuracy_level = 4`` set afterwards (int8 activations, what the builder's int4 sets; not a gsrewrite output:
-  the lever measured);
+* ``gsrewrite optimize --target genai --contract unpadded-prompts``: the folder onnxruntime-genai's loop runs
+  (``batch1-chunks`` and ``shared-kv-buffer`` implied), timed as that loop feeds it (see the builder's below);
+* ``gsrewrite optimize --compress int4`` by default, under both contracts and for the genai target
+  (``--min-top1 0 --min-cosine 0.5``: random-weight logits are near ties, and SmolLM2-135M's int4 misses the
+  default tolerance; the table gives every variant's cosine, the builder's included); MatMulNBits'
+  ``accuracy_level`` is the one compress measured faster here;
 * onnxruntime-genai's model builder, fp32 and int4 (``-e cpu``), made next to the checkpoint (``builder_fp32``,
   ``builder_int4``) with ``--builder-python`` unless there. Each is timed twice: plainly (a past of P tokens in,
   a present of P + 1 out, as every other variant) and as its generation loop feeds it (``past_present_share_buffer``:
@@ -61,7 +62,8 @@ HERE = Path(__file__).resolve().parent
 GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 RELAXED = ("--min-top1", "0", "--min-cosine", "0.5")
 CHUNKS = ("--contract", "batch1-chunks")
-PROMPTS = (*CHUNKS, "--contract", "unpadded-prompts")
+UNPADDED = ("--contract", "unpadded-prompts")
+PROMPTS = (*CHUNKS, *UNPADDED)
 FUSED = ("MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding", "SimplifiedLayerNormalization",
          "SkipSimplifiedLayerNormalization", "MatMulNBits", "GatherBlockQuantized", "QuickGelu", "FusedMatMul")
 
@@ -95,18 +97,6 @@ def _builder(python: str, hf: Path, out: Path, precision: str) -> str:
     return "" if done.returncode == 0 else f"builder exit {done.returncode}: {done.stderr.strip()[-200:]}"
 
 
-def _accuracy_level(src: Path, out: Path, level: int) -> str:
-    """``src`` with every MatMulNBits' accuracy_level set to ``level`` (weights shared through a copy)."""
-    model = onnx.load(src)
-    for node in model.graph.node:
-        if node.op_type == "MatMulNBits":
-            kept = [a for a in node.attribute if a.name != "accuracy_level"]
-            del node.attribute[:]
-            node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", level)])
-    onnx.save(model, out)
-    return ""
-
-
 def _made(out: Path, make: Any) -> tuple[str, float]:
     """Make ``out`` unless it exists: (the error note or "", seconds; 0 when reused)."""
     if out.exists():
@@ -122,23 +112,26 @@ def variants(name: str, original: Path, hf: Path, work: Path, python: str) -> li
     """Every variant of one model, made into ``work`` (and the builder's next to ``hf``) unless already there."""
     relaxed = RELAXED  # random weights: near-tie logits; SmolLM2-135M: int4 misses the default (cosine 0.91)
     src = str(original)
+    genai = (*UNPADDED, "--target", "genai")
     plan = [
-        ("gsrewrite optimize (default contract)", work / f"{name}.default.onnx", ("optimize", src)),
-        ("gsrewrite optimize --contract batch1-chunks", work / f"{name}.chunks.onnx", ("optimize", src, *CHUNKS)),
-        ("gsrewrite optimize + unpadded-prompts", work / f"{name}.prompts.onnx", ("optimize", src, *PROMPTS)),
+        ("gsrewrite optimize (default contract)", work / f"{name}.default.onnx", ("optimize", src), False),
+        ("gsrewrite optimize --contract batch1-chunks", work / f"{name}.chunks.onnx", ("optimize", src, *CHUNKS),
+         False),
+        ("gsrewrite optimize + unpadded-prompts", work / f"{name}.prompts.onnx", ("optimize", src, *PROMPTS), False),
+        ("gsrewrite --target genai + unpadded-prompts, its loop's shared buffer", work / f"{name}.genai"
+         / "model.onnx", ("optimize", src, *genai), True),
         ("gsrewrite optimize --compress int4 (default contract)", work / f"{name}.default.int4.onnx",
-         ("optimize", src, "--compress", "int4", *relaxed)),
-        ("gsrewrite optimize --compress int4 + both contracts", work / f"{name}.prompts.int4.onnx",
-         ("optimize", src, *PROMPTS, "--compress", "int4", *relaxed)),
+         ("optimize", src, "--compress", "int4", *relaxed), False),
+        ("gsrewrite optimize --compress int4 + unpadded-prompts", work / f"{name}.prompts.int4.onnx",
+         ("optimize", src, *PROMPTS, "--compress", "int4", *relaxed), False),
+        ("gsrewrite --target genai --compress int4 + unpadded-prompts, shared buffer", work / f"{name}.genai.int4"
+         / "model.onnx", ("optimize", src, *genai, "--compress", "int4", *relaxed), True),
     ]
     made = [Variant("original export (fp32)", original)]
-    for label, out, args in plan:
-        note, seconds = _made(out, lambda out=out, args=args: _gsrewrite(out, *args))
-        made.append(Variant(label, out, note=note, seconds=seconds))
-    level4 = work / f"{name}.prompts.int4.level4.onnx"
-    note, seconds = _made(level4, lambda: _accuracy_level(made[-1].path, level4, 4))
-    made.append(Variant("the same int4, accuracy_level 4 set afterwards (not a gsrewrite output)", level4, note=note,
-                        seconds=seconds))
+    for label, out, args, shared in plan:
+        target = out.parent if shared else out  # --target genai writes a folder
+        note, seconds = _made(out, lambda target=target, args=args: _gsrewrite(target, *args))
+        made.append(Variant(label, out, shared=shared, note=note, seconds=seconds))
     for precision in ("fp32", "int4"):
         folder = hf.parent / f"builder_{precision}"
         note, seconds = _made(folder / "model.onnx", lambda folder=folder, p=precision: _builder(python, hf, folder, p))
@@ -314,7 +307,7 @@ def report(name: str, made: list[Variant], pasts: list[int], runs: tuple[int, in
     lines += [md.table(header, rows), ""]
     if profile:
         chosen = [v for v in ok if v.label.startswith(("original", "gsrewrite optimize + unpadded",
-                                                       "gsrewrite optimize --compress int4 + both", "builder"))
+                                                       "gsrewrite optimize --compress int4 + unpadded", "builder"))
                   and not v.shared]
         caches = _pasts(_session(ok[0].path), pasts[0], seed)
         times = {v.label: op_times(v, pasts[0], caches) for v in chosen}

@@ -100,9 +100,14 @@ def optimize_for_genai(tmp_path: Path, *extra: str) -> tuple[Path, dict]:
 @pytest.mark.parametrize("contracts", [(), ("int8-kv-cache",)], ids=["float", "int8-kv"])
 def test_genai_folder_generates_the_originals_greedy_tokens(tmp_path: Path, contracts: tuple[str, ...]) -> None:
     pytest.importorskip("onnxruntime_genai", reason="onnxruntime-genai (dev extra) is not installed")
-    folder, report = optimize_for_genai(tmp_path, *[a for c in contracts for a in ("--contract", c)])
+    page = tmp_path / "report.html"
+    folder, report = optimize_for_genai(tmp_path, *[a for c in contracts for a in ("--contract", c)],
+                                        "--report", str(page))
     expected = sorted({"batch1-chunks", "shared-kv-buffer", *contracts})
     assert sorted(report["contracts"]) == expected and report["validation"]["ok"]
+    html = page.read_text(encoding="utf-8")  # the report of the folder's model: its fused regions and contracts
+    assert html.lower().startswith("<!doctype html>") and "GroupQueryAttention" in html
+    assert all(name in html for name in expected)
     assert {p.name for p in folder.iterdir()} == {"model.onnx", "model.onnx.data", "genai_config.json",
                                                     "tokenizer.json", "tokenizer_config.json"}
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)

@@ -89,10 +89,8 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                 "rewrite": RewriteOptions(opset=opset, explain=explain or report is not None,
                                           contracts=check_contracts(contracts), max_length=max_length)}
     if target == "genai":
-        if report is not None:
-            raise UsageError("--report is not written for --target genai yet; run optimize without it")
-        _genai_jobs(jobs_, workers, settings, GenaiRequest(tokenizer, context_length, max_length, explain), as_json,
-                    io)
+        _genai_jobs(jobs_, workers, settings, GenaiRequest(tokenizer, context_length, max_length, explain, report),
+                    as_json, io)
         return
     if context_length is not None:
         raise UsageError("--context-length is an option of --target genai")
@@ -112,12 +110,13 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
 
 @dataclass(frozen=True)
 class GenaiRequest:
-    """``--target genai``'s own options: the tokenizer folder, the lengths, ``--explain``."""
+    """``--target genai``'s own options: the tokenizer folder, the lengths, ``--explain``, ``--report``."""
 
     tokenizer: str | None
     context_length: int | None
     max_length: int | None
     explain: bool
+    report: str | None = None
 
 
 def _genai_jobs(jobs: list[Job], workers: int, settings: dict[str, Any], request: GenaiRequest, as_json: bool,
@@ -138,6 +137,6 @@ def _genai_jobs(jobs: list[Job], workers: int, settings: dict[str, Any], request
                              max_length=request.max_length, force=io["force"], input_path=job.model)
         size = sum(os.path.getsize(path) for path in written)
         show_result(result, job.model, as_json, io["verbosity"], explain=request.explain, wrote=job.output,
-                    size_after=size)
+                    size_after=size, report=request.report)
 
     run_jobs(jobs, workers, one, as_json)

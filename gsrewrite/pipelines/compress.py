@@ -18,7 +18,8 @@ the result; a result that looks slower is timed again after the original again (
 when its best run is more than ``MAX_SLOWDOWN`` x (1 + the noise) times the original's, the noise being how far the
 best run of the same model moved between its blocks (:func:`slower_beyond_noise`). When the strategy takes an
 ``accuracy_level`` the user did not give and its result holds MatMulNBits, levels 0 and 4 (int8 activations) are
-timed side by side and the faster kept (:func:`choose_accuracy_level`), before validation.
+timed side by side and the faster kept (:func:`choose_accuracy_level`), before validation, also when no latency
+was asked for (``LEVEL_RUNS`` runs each: the level decides most of an int4 decoder's decode speed).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ MAX_BISECT_RUNS = 40
 MAX_SLOWDOWN = 1.10
 #: accuracy_level candidates timed for a MatMulNBits result (0: onnxruntime's default; 4: int8 activations)
 ACCURACY_LEVELS = (0, 4)
+#: interleaved runs per level when the user asked for no latency (``bench_runs=0``, ``optimize --compress``)
+LEVEL_RUNS = 5
 #: two levels whose decode steps differ by less than this share are equal there: the prefill decides
 EQUAL_SHARE = 0.05
 #: with generated inputs, labels (integer/bool outputs) and class scores are judged on at least this many elements
@@ -280,10 +283,14 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     result = CompressResult(compressed, strategy, given, tolerance, notes)
     after: dict[str, PhaseTimes] | None = None
     level: int | None = None
-    if timed is not None and "accuracy_level" in getattr(chosen, "options", ()) and "accuracy_level" not in given \
+    if "accuracy_level" in getattr(chosen, "options", ()) and "accuracy_level" not in given \
             and any(n.op_type == "MatMulNBits" for n in compressed.graph.node):
+        # measured whether or not the user asked for latency: the level is most of int4's decode speed (issue 33)
         with stage("benchmarking accuracy levels"):
-            level, after, note = choose_accuracy_level(compressed, timed, bench_runs, bench_threads)
+            levels_timed = timed if timed is not None else _phases_of(baseline, inputs, input_shapes)
+            level, measured, note = choose_accuracy_level(compressed, levels_timed, bench_runs or LEVEL_RUNS,
+                                                          bench_threads)
+        after = measured if timed is not None else None
         result.notes.append(note)
         if level:
             result.model = compressed = with_accuracy_level(compressed, level)
@@ -488,17 +495,23 @@ class _Timed:
 def _time_original(baseline: Any, inputs: Any, input_shapes: Any, runs: int, threads: int) -> _Timed:
     """The original's latency per phase (a decoder's decode step and prefill, else one run on validation's sample
     inputs), timed before the strategy runs: its session never shares memory with the compressed model."""
+    with stage("benchmarking the original"):
+        timed = _phases_of(baseline, inputs, input_shapes)
+        _time_block(timed.before, [("original", baseline)], timed.phases, runs, threads)
+    return timed
+
+
+def _phases_of(baseline: Any, inputs: Any, input_shapes: Any) -> _Timed:
+    """The phases latency is measured on (a decoder's decode step and prefill, else one run on validation's sample
+    inputs), nothing timed yet."""
     from gsrewrite.pipelines.bench import Phase, bench_inputs
     from gsrewrite.validation import phases as decoder
 
     proto = getattr(baseline, "proto", baseline)
-    with stage("benchmarking the original"):
-        phases = decoder.decoder_phases(proto, input_shapes) if inputs is None else None
-        if phases is None:
-            phases = [Phase("run", bench_inputs(proto, inputs, input_shapes), 0, 0)]
-        timed = _Timed(baseline, phases, {p.name: PhaseTimes() for p in phases})
-        _time_block(timed.before, [("original", baseline)], phases, runs, threads)
-    return timed
+    phases = decoder.decoder_phases(proto, input_shapes) if inputs is None else None
+    if phases is None:
+        phases = [Phase("run", bench_inputs(proto, inputs, input_shapes), 0, 0)]
+    return _Timed(baseline, phases, {p.name: PhaseTimes() for p in phases})
 
 
 def _time_block(into: dict[str, PhaseTimes], models: Sequence[tuple[str, Any]], phases: list[Phase], runs: int,

@@ -16,6 +16,7 @@ from typing import Any
 import onnx
 
 from gsrewrite._version import __version__
+from gsrewrite.contracts import CONTRACTS
 from gsrewrite.report.collect import group_records
 from gsrewrite.report.record import (
     Compression,
@@ -63,6 +64,7 @@ def report_data(result: Any, *, model: str | os.PathLike[str] | None = None, out
     if compressed is not None:
         record.compression = _compression(compressed)
     record.latency = _latency(result, compressed)
+    record.contracts = [(name, CONTRACTS.get(name, "")) for name in getattr(result, "contracts", None) or ()]
     record.summary = _summary(record, getattr(result, "seconds", None))
     return record
 
@@ -190,6 +192,8 @@ def _summary(record: ReportRecord, seconds: float | None) -> list[str]:
     if record.compression is not None:
         lines.append(f"Compression {record.compression.strategy}: {'within' if record.compression.ok else 'OUT OF'} "
                      f"tolerance ({record.compression.rule})")
+    for name, meaning in record.contracts:
+        lines.append(f"Input contract {name} (accepted by request; stated in the model's metadata_props): {meaning}")
     if seconds:
         lines.append(f"{seconds:.2f} s")
     return lines

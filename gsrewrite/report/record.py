@@ -185,6 +185,9 @@ class ReportRecord:
     sizes: str = ""
     #: what could not be measured, and why
     notes: list[str] = field(default_factory=list)
+    #: the narrower input contracts the result was rewritten under (:mod:`gsrewrite.contracts`): name, what it
+    #: no longer accepts
+    contracts: list[tuple[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

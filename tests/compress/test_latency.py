@@ -171,6 +171,23 @@ def test_an_explicit_accuracy_level_is_not_measured(monkeypatch: pytest.MonkeyPa
     assert not any(label.startswith("accuracy_level") for label, _ in calls)
     assert all(a.i == 4 for n in result.model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
                if a.name == "accuracy_level")
-    unmeasured = gsrewrite.compress(str(LLAMA_KV), "int4", min_elements=1, **RELAXED)  # bench_runs 0: level 0
-    assert not any(a.name == "accuracy_level" for n in unmeasured.model.graph.node for a in n.attribute
-                   if n.op_type == "MatMulNBits")
+
+
+def test_the_level_is_measured_without_a_latency_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_runs 0 (and optimize --compress, which asks for no latency): the levels are still timed side by side,
+    LEVEL_RUNS each, the original is not, and the faster level is written and validated."""
+    calls: list[tuple[str, str]] = []
+    _fake_bench(monkeypatch, lambda label, _, phase: 1e-3 * (0.4 if label == "accuracy_level 4" else 1.0), calls)
+    result = gsrewrite.compress(str(LLAMA_KV), "int4", min_elements=1, **RELAXED)
+    assert not any(label == "original" for label, _ in calls)
+    assert ("accuracy_level 0", "decode") in calls and ("accuracy_level 4", "decode") in calls
+    assert {a.i for n in result.model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+            if a.name == "accuracy_level"} == {4}
+    assert result.latency_ms is None
+    assert result.validated and result.outputs
+    fused = gsrewrite.optimize(str(LLAMA_KV), compress=gsrewrite.CompressOptions("int4", {"min_elements": 1},
+                                                                                  **RELAXED))
+    assert fused.compressed is not None
+    assert {a.i for n in fused.model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+            if a.name == "accuracy_level"} == {4}
+    assert any("accuracy_level 4 (measured" in note for note in fused.compressed.notes), fused.compressed.notes
