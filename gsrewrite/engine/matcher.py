@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from gsrewrite.engine import opforms
 from gsrewrite.engine.match import CheckFailed, Match
 from gsrewrite.engine.plan import PlanStep, build_plan
 from gsrewrite.engine.tracing import Tracer
@@ -214,10 +215,13 @@ class Matcher:
     def _attributes(self, tn: TNode, gn: gs.Node, state: _State) -> dict[str, Any] | None:
         caps = state.caps
         for name, spec in tn.attrs.items():
-            if name not in gn.attrs:
-                self._fail(state, tn, gn, f"has no attribute {name!r}")
-                return None
-            value = _plain(gn.attrs[name])
+            if name in gn.attrs:
+                value = _plain(gn.attrs[name])
+            else:  # a standard op's attribute left at its default (apply canonicalizes first; simplify's passes not)
+                value = self._default(gn, name)
+                if value is None:
+                    self._fail(state, tn, gn, f"has no attribute {name!r}")
+                    return None
             if isinstance(spec, Capture):
                 if spec.name in caps and not _same(caps[spec.name], value):
                     self._fail(state, tn, gn, f"{name}={value!r} differs from @{spec.name}={caps[spec.name]!r}")
@@ -228,6 +232,13 @@ class Matcher:
                     self._fail(state, tn, gn, f"attribute {name}={value!r}, template requires {spec!r}")
                 return None
         return caps
+
+    def _default(self, gn: gs.Node, name: str) -> Any:
+        """The schema default of attribute ``name`` of a standard-domain node at the graph's opset, else None."""
+        if gn.domain not in (None, "", "ai.onnx") or self.graph.opset is None:
+            return None
+        value = opforms.attribute_defaults(gn.op, int(self.graph.opset)).get(name)
+        return None if value is None else _plain(value)
 
     def _bind_outputs(self, tn: TNode, gn: gs.Node, state: _State) -> bool:
         for name, tensor in zip(tn.outputs, gn.outputs, strict=False):  # extra outputs checked unused

@@ -35,3 +35,21 @@ def test_bn_with_runtime_statistics_is_kept(simplified):
     }""", initializers={k: v for k, v in STATS.items() if k != "mean"})
     result = simplified(model, "fuse-conv-bn")
     assert op_counts(result.model) == {"Conv": 1, "BatchNormalization": 1}
+
+
+def test_bn_without_an_epsilon_attribute_folds_with_the_schema_default(simplified):
+    """An exporter that leaves epsilon at its default writes no attribute: the template's ``@eps`` reads the
+    schema's 1e-5 (simplify's passes run on the graph as imported, not canonicalized), and the outputs agree."""
+    model = model_from_text("""
+    g (float[1, 3, 8, 8] x) => (float[1, 4, 6, 6] y) {
+        c = Conv <kernel_shape = [3, 3]> (x, w)
+        y = BatchNormalization (c, scale, shift, mean, var)
+    }""", opset=17, initializers=STATS | {"var": np.full(4, 1e-4, np.float32)})
+    result = simplified(model, "fuse-conv-bn")
+    assert op_counts(result.model) == {"Conv": 1}
+    import onnxruntime as ort
+
+    x = RNG.normal(size=(1, 3, 8, 8)).astype(np.float32)
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+           for m in (model, result.model)]
+    np.testing.assert_allclose(run[1], run[0], rtol=1e-3, atol=1e-3)
