@@ -24,8 +24,9 @@ Per model (an export with a KV cache, optimum's signature, and the Hugging Face 
   a present of P + 1 out, as every other variant) and as its generation loop feeds it (``past_present_share_buffer``:
   one max-length buffer per cache tensor bound as both past and present through IOBinding, the mask P + 1 long).
 
-Timing: batch 1, 1 intra-op thread, ORT_ENABLE_ALL; one decode step (1 new token over a past of P, random N(0, 1)
-past, feeds by input name: the builder orders its past keys first and has no position ids); every variant's
+Timing: batch 1, 1 intra-op thread, ORT_ENABLE_ALL; one decode step (1 new token over a past of P, the
+past as the original's own prefill of as many random token ids makes it, feeds by input name: the builder orders
+its past keys first and has no position ids); every variant's
 session open and the runs interleaved in a shuffled order each round. Each run records its wall time and the CPU
 time of the calling thread (``time.thread_time``: with one intra-op thread onnxruntime runs the kernels on it).
 The machine is shared (2 cores, other jobs): wall time includes the time the thread waited for a core, CPU time
@@ -207,10 +208,22 @@ class Step:
 
 
 def _pasts(session: Any, past: int, seed: int) -> dict[str, np.ndarray]:
-    """N(0, 1) past keys/values [1, kv_heads, past, head_size] by name (dims read off the original's inputs)."""
+    """The cache the original's own prefill of ``past`` random token ids makes (as generation makes it), by the
+    past inputs' names: [1, kv_heads, past, head_size] each."""
     rng = np.random.default_rng(seed)
-    return {spec.name: rng.standard_normal((1, spec.shape[1], past, spec.shape[3])).astype(np.float32)
-            for spec in session.get_inputs() if spec.name.startswith("past_key_values")}
+    specs = {spec.name: spec for spec in session.get_inputs()}
+    vocab = int(session.get_outputs()[0].shape[-1]) if isinstance(session.get_outputs()[0].shape[-1], int) else 1000
+    feeds: dict[str, np.ndarray] = {"input_ids": rng.integers(0, vocab, (1, past), dtype=np.int64)}
+    if "attention_mask" in specs:
+        feeds["attention_mask"] = np.ones((1, past), np.int64)
+    if "position_ids" in specs:
+        feeds["position_ids"] = np.arange(past, dtype=np.int64)[None]
+    feeds.update({name: np.zeros((1, spec.shape[1], 0, spec.shape[3]), np.float32) for name, spec in specs.items()
+                  if name.startswith("past_key_values")})
+    names = [o.name for o in session.get_outputs()]
+    got = dict(zip(names, session.run(None, feeds), strict=True))
+    return {name: got[name.replace("past_key_values", "present")] for name in specs
+            if name.startswith("past_key_values")}
 
 
 def _fused(path: Path) -> str:

@@ -52,7 +52,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gsrewrite search sym, no activations": {"method": "search", "symmetric": True, "activations": False},
     "gsrewrite search asym, no activations": {"method": "search", "symmetric": False, "activations": False},
     "gsrewrite search sym": {"method": "search", "symmetric": True},
-    "gsrewrite default (search asym)": {},
+    "gsrewrite search asym (zero points everywhere)": {"method": "search", "symmetric": False},
+    "gsrewrite default (search sym, zero points for the tied head)": {},
     "gsrewrite default, head/embedding 8 bits": {"head_bits": 8},
 }
 #: KV heads and head size of SmolLM2-135M (a graph that leaves them symbolic: the builder's)

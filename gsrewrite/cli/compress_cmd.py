@@ -35,7 +35,7 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("-s", "--strategy", required=True, metavar="NAME", help="fp16, bf16, dynamic-int8, static-int8, int8, "
               "int4, or a plugin's (--list).")
 @click.option("--symmetric/--asymmetric", default=None, help="int8/int4/dynamic-int8: signed codes (zero point 0) or "
-              "unsigned with a zero point.")
+              "unsigned with a zero point (default: symmetric; int4's tied LM head: zero points).")
 @click.option("--granularity", type=click.Choice(["tensor", "channel", "block"]), default=None,
               help="int8/int4: one scale per tensor, per output channel, or per block.")
 @click.option("--block-size", type=click.IntRange(16, 256), default=None, help="int8/int4 blocks (power of 2).")
@@ -47,6 +47,9 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
               "measured on --calibration inputs (default: on, generated inputs).")
 @click.option("--head-bits", type=click.Choice(["4", "8"]), default=None,
               help="int4: bits of a tied LM head and its embedding table (default: the strategy's).")
+@click.option("--head-symmetric/--head-asymmetric", default=None,
+              help="int4: the tied LM head and its table without / with zero points (default: with, unless "
+              "--symmetric/--asymmetric is given).")
 @click.option("--accuracy-level", type=click.IntRange(0, 4), default=None,
               help="int8/int4 MatMulNBits accuracy_level (4: int8 activations; default: the faster of 0 and 4, "
               "measured).")
@@ -107,7 +110,7 @@ def _strategy_options(values: dict[str, Any]) -> dict[str, Any]:
     """The options the user gave (unset ones are not passed: each strategy has its own defaults)."""
     options: dict[str, Any] = {}
     for key in ("symmetric", "granularity", "block_size", "method", "activations", "accuracy_level", "head_bits",
-                "target", "allow_opset_upgrade", "calibration", "keep_io_types"):
+                "head_symmetric", "target", "allow_opset_upgrade", "calibration", "keep_io_types"):
         if values.get(key) is not None:
             options[key] = values[key]
     if values.get("exclude"):

@@ -72,9 +72,10 @@ def test_int4_onnx_target_needs_opset_21_unless_allowed() -> None:
     dq = [n for n in result.model.graph.node if n.op_type == "DequantizeLinear"]
     assert len(dq) == 2 and all(any(a.name == "block_size" for a in n.attribute) for n in dq)
     codes = {t.name: t.data_type for t in result.model.graph.initializer}
-    assert TensorProto.UINT4 in codes.values()  # int4's default: zero points (asymmetric)
-    symmetric = gsrewrite.compress(_mlp(opset=17), "int4", target="onnx", allow_opset_upgrade=True, symmetric=True)
-    assert TensorProto.INT4 in {t.data_type for t in symmetric.model.graph.initializer}
+    assert TensorProto.INT4 in codes.values() and TensorProto.UINT4 not in codes.values()  # default: symmetric
+    zero_points = gsrewrite.compress(_mlp(opset=17), "int4", target="onnx", allow_opset_upgrade=True,
+                                     symmetric=False)
+    assert TensorProto.UINT4 in {t.data_type for t in zero_points.model.graph.initializer}
     _runs(result.model)
 
 
@@ -314,3 +315,22 @@ def test_cli_passes_the_quantizer_options(tmp_path: Path) -> None:
     assert {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"} \
         == {4}
     assert any("round to nearest" in note for note in data["notes"]), data["notes"]
+
+
+@pytest.mark.parametrize(("options", "head_inputs", "body_inputs"), [
+    ({}, 4, 3),  # int4's default: symmetric blocks, zero points for the tied head (and its table's Gather)
+    ({"symmetric": True}, 3, 3),  # given: the head too
+    ({"symmetric": False}, 4, 4),
+    ({"head_symmetric": True}, 3, 3),
+    ({"symmetric": False, "head_symmetric": True}, 3, 4),
+])
+def test_int4_zero_points_by_default_only_for_the_tied_head(options: dict, head_inputs: int,
+                                                             body_inputs: int) -> None:
+    """MatMulNBits with zero points runs 1.27x slower with int8 activations (accuracy_level 4); the head is where
+    they buy most (SmolLM2: top-1 0.731 -> 0.756), so only it has them unless the user says otherwise."""
+    result = gsrewrite.compress(_tied(), "int4", min_elements=1, min_top1=0.0, **options)
+    matmuls = {n.output[0]: n for n in result.model.graph.node if n.op_type == "MatMulNBits"}
+    gather = next(n for n in result.model.graph.node if n.op_type == "GatherBlockQuantized")
+    assert len(matmuls["logits"].input) == head_inputs and len(gather.input) == head_inputs
+    assert all(len(n.input) == body_inputs for name, n in matmuls.items() if name != "logits")
+    assert result.ok
