@@ -63,3 +63,16 @@ def state(model: onnx.ModelProto, names: Sequence[str]) -> None:
     model.metadata_props.extend(props)
     if names:
         model.metadata_props.add(key=METADATA_KEY, value=describe(names))
+
+
+def stated(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The contracts ``model``'s ``metadata_props`` state (:func:`state`), in order; () when none (or only names
+    this version does not know: a model from a newer gsrewrite is then validated as any other)."""
+    text = next((prop.value for prop in model.metadata_props if prop.key == METADATA_KEY), "")
+    names = [part.split(":", 1)[0].strip() for part in text.split("; ") if ":" in part]
+    return tuple(name for name in names if name in CONTRACTS)
+
+
+#: contracts that change what the model takes or returns (not only which inputs it accepts): comparing such a model
+#: with its original needs the translation optimize sets up (validation.candidate_inputs)
+LAYOUT_CONTRACTS = ("shared-kv-buffer", "int8-kv-cache")

@@ -216,12 +216,13 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
              input_shapes: Any = None, min_cosine: float | None = None, max_abs: float | None = None,
              min_agreement: float | None = None, min_top1: float | None = None, bench_runs: int = 0,
              bench_threads: int = 1, allow_slower: bool = False, reference: onnx.ModelProto | None = None,
-             contracts: Sequence[str] = (), **options: Any) -> CompressResult:
+             contracts: Sequence[str] | None = None, **options: Any) -> CompressResult:
     """Compress ``model`` with the strategy called ``strategy`` (``options`` go to it), validate against
     ``reference`` (default: ``model``; ``optimize --compress`` gives the unfused input) with the strategy's
     tolerance (``min_cosine``, ``max_abs``, ``min_agreement``, ``min_top1`` replace its values), time both when
     ``bench_runs`` > 0 (one model at a time), report. ``contracts``: the input contracts ``model`` was fused under
-    (``optimize --contract``): validation tries only the inputs they keep, as the fusions' did.
+    (``optimize --contract``): validation tries only the inputs they keep, as the fusions' did; None: those the
+    model's ``metadata_props`` state (a model gsrewrite rewrote under them).
 
     ``model`` may be a :class:`~gsrewrite.pipelines.options.Source` read with its weights left in their files
     (``Source.mapped``): a strategy that reads weights one at a time (``reads_references = True``: int4, int8,
@@ -236,6 +237,10 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     from gsrewrite.pipelines.options import Source
 
     source = Source.of(model)
+    if contracts is None:
+        from gsrewrite.contracts import stated
+
+        contracts = stated(source.model)
     with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
         result = _compress(source, strategy, validate, inputs, input_shapes,
                            {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,

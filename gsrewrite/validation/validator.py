@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import onnx
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
 from gsrewrite.validation.candidate_inputs import CandidateInputs
@@ -61,6 +63,7 @@ def validate(
     min_agreement: float = 1.0,
     min_top1: float | None = None,
     noise_factor: float = NOISE_FACTOR,
+    contracts: Sequence[str] | None = None,
 ) -> ValidationReport:
     """Run ``original`` and ``candidate`` in onnxruntime on the same inputs and compare their outputs.
 
@@ -83,13 +86,47 @@ def validate(
     models take different inputs; :class:`~gsrewrite.validation.memory.MemoryBudgetError` when even the
     first set is over the memory budget), :class:`~gsrewrite.errors.CannotValidateError` when onnxruntime
     cannot load the original (or it has no outputs), :class:`~gsrewrite.errors.ValidationError` when
-    onnxruntime cannot run a model, :class:`~gsrewrite.errors.UsageError` for bad options.
+    onnxruntime cannot run a model, :class:`~gsrewrite.errors.UsageError` for bad options. ``contracts``: input
+    contracts the candidate may narrow (:mod:`gsrewrite.contracts`); None: those its ``metadata_props`` state.
     """
     criterion = Criterion(atol=atol, rtol=rtol, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
                           min_top1=min_top1, noise_factor=noise_factor)
+    if contracts is None:
+        contracts = _stated_contracts(candidate)
     validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
-                          seed=seed, providers=providers, max_memory=max_memory, criterion=criterion)
+                          seed=seed, providers=providers, max_memory=max_memory, criterion=criterion,
+                          contracts=contracts)
     return validator.check(candidate)
+
+
+def _stated_contracts(candidate: ModelArg) -> tuple[str, ...]:
+    """The input contracts ``candidate`` states it was rewritten under (gsrewrite's own outputs): validation then
+    tries only the inputs they keep. One whose inputs or outputs differ from the original's (a shared or int8 KV
+    cache) cannot be compared here: :class:`~gsrewrite.errors.UsageError`."""
+    from gsrewrite.contracts import LAYOUT_CONTRACTS, stated
+
+    if isinstance(candidate, onnx.ModelProto):
+        proto = candidate
+    elif isinstance(candidate, (str, os.PathLike)):
+        try:
+            proto = onnx.load(os.fspath(candidate), load_external_data=False)
+        except Exception:  # the validator's own loading says what is wrong with the file
+            return ()
+    else:
+        held = getattr(candidate, "proto", getattr(candidate, "model", None))
+        if not isinstance(held, onnx.ModelProto):
+            return ()
+        proto = held
+    names = stated(proto)
+    layout = [name for name in names if name in LAYOUT_CONTRACTS]
+    if layout:
+        raise UsageError(f"the candidate was rewritten under {', '.join(layout)}: it takes and returns its KV cache "
+                         "differently from the original, which validate cannot feed alike; optimize validated it "
+                         "(see its report), or compare it with a model rewritten the same way")
+    if names:
+        log.info("the candidate states the input contracts %s: only the inputs they keep are tried",
+                 ", ".join(names))
+    return names
 
 
 class Validator:

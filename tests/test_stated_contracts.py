@@ -1,0 +1,74 @@
+"""A model gsrewrite rewrote under input contracts states them (metadata_props); later commands read them back:
+``validate`` and ``compress`` try only the inputs the contracts keep, as optimize did (before, validate failed on
+optimize's own output: the chunk set at batch 2, which GroupQueryAttention refuses)."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+import gsrewrite
+from gsrewrite.contracts import METADATA_KEY, state, stated
+from gsrewrite.errors import UsageError, ValidationError
+from gsrewrite.pipelines import RewriteOptions, optimize
+from gsrewrite.validation import validate
+
+FIXTURES = Path(__file__).parent / "fixtures" / "models"
+LLAMA = FIXTURES / "llama.dynamo_kv.onnx"
+GSREWRITE = Path(sys.executable).parent / "gsrewrite"
+
+
+@pytest.fixture(scope="module")
+def chunked() -> onnx.ModelProto:
+    model = optimize(str(LLAMA), rewrite=RewriteOptions(contracts=("batch1-chunks",))).model
+    assert any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+    return model
+
+
+def test_stated_reads_back_what_state_wrote() -> None:
+    model = onnx.ModelProto()
+    state(model, ["batch1-chunks", "unpadded-prompts"])
+    assert stated(model) == ("batch1-chunks", "unpadded-prompts")
+    model.metadata_props[0].value += "; from-the-future: a contract this version does not know"
+    assert stated(model) == ("batch1-chunks", "unpadded-prompts")
+    state(model, [])
+    assert stated(model) == () and not any(p.key == METADATA_KEY for p in model.metadata_props)
+
+
+def test_validate_tries_the_chunk_set_at_batch_one_for_a_chunked_candidate(chunked: onnx.ModelProto) -> None:
+    report = validate(str(LLAMA), chunked)
+    assert report.ok, report.summary()
+    chunk = next(s["shapes"] for s in report.sizes if s["name"] == "chunk")
+    assert chunk["input_ids"][0] == 1 and chunk["input_ids"][1] > 1
+    with pytest.raises(ValidationError):  # the same candidate without its contract: refused at batch 2
+        validate(str(LLAMA), chunked, contracts=())
+
+
+def test_validate_refuses_a_candidate_whose_cache_layout_changed(tmp_path: Path, chunked: onnx.ModelProto) -> None:
+    shared = onnx.ModelProto()
+    shared.CopyFrom(chunked)
+    state(shared, ["batch1-chunks", "shared-kv-buffer"])
+    with pytest.raises(UsageError, match="shared-kv-buffer"):
+        validate(str(LLAMA), shared)
+    path = tmp_path / "shared.onnx"
+    onnx.save(shared, str(path))
+    done = subprocess.run([str(GSREWRITE), "validate", str(LLAMA), str(path)], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 2 and "shared-kv-buffer" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compress_keeps_the_contracts_of_its_input(chunked: onnx.ModelProto, caplog: pytest.LogCaptureFixture) -> None:
+    """The chunk set runs (at batch 1) instead of being skipped as inputs the original rejects."""
+    caplog.set_level(logging.INFO)
+    result = gsrewrite.compress(chunked, "int8", min_elements=1, min_top1=0.0)  # random weights: near ties
+    assert result.ok, result.report()
+    assert stated(result.model) == ("batch1-chunks",)
+    assert not any("skips the chunk" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    gsrewrite.compress(chunked, "int8", min_elements=1, min_top1=0.0, contracts=())
+    assert any("skips the chunk" in r.getMessage() for r in caplog.records)
