@@ -77,9 +77,9 @@ class Pattern:
     tolerance: float = 1e-4
     #: the devices the rewrite pays off on (``--device``); elsewhere the pattern is skipped with a reason
     devices: tuple[str, ...] = DEVICES
-    #: target -> the input contract (:mod:`gsrewrite.contracts`) its replacement narrows the model to: used only
-    #: when the user asks for that contract
-    narrows: dict[str, str] = field(default_factory=dict)
+    #: target -> the input contracts (:mod:`gsrewrite.contracts`) its replacement narrows the model to: used only
+    #: when the user asks for every one of them
+    narrows: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = ""
     match_text: str = ""
     replace_texts: dict[str, str] = field(default_factory=dict)
@@ -127,7 +127,8 @@ class Pattern:
             "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
             "devices": list(self.devices), "opset": list(self.opset), "priority": self.priority,
             "variants": len(self.variants), "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
-            "compute": dict(self.compute), "narrows": dict(self.narrows), "source": self.source,
+            "compute": dict(self.compute), "narrows": {t: list(c) for t, c in self.narrows.items()},
+            "source": self.source,
         }
 
 
@@ -299,19 +300,28 @@ def _opset_range(value: Any, here: str) -> tuple[int, int]:
     raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
 
 
-def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, str]:
+def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, tuple[str, ...]]:
+    """``narrows = { ort = "batch1-chunks" }``, or a list of contracts a replacement needs all of."""
     from gsrewrite.contracts import CONTRACTS
 
     value = entry.get("narrows", {})
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise PatternError(f"{here}: narrows must be a table target -> contract name, not {value!r}")
-    for target, contract in value.items():
+    def named(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and bool(v) and all(isinstance(c, str) for c in v))
+
+    if not isinstance(value, dict) or not all(isinstance(k, str) and named(v) for k, v in value.items()):
+        raise PatternError(f"{here}: narrows must be a table target -> contract name (or a list of them), "
+                           f"not {value!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    for target, contracts in value.items():
         if target not in replacements:
             raise PatternError(f"{here}: narrows names the target {target!r}, which has no replacement")
-        if contract not in CONTRACTS:
-            raise PatternError(f"{here}: narrows names the unknown contract {contract!r} "
-                               f"(known: {', '.join(CONTRACTS)})")
-    return dict(value)
+        names = (contracts,) if isinstance(contracts, str) else tuple(dict.fromkeys(contracts))
+        for contract in names:
+            if contract not in CONTRACTS:
+                raise PatternError(f"{here}: narrows names the unknown contract {contract!r} "
+                                   f"(known: {', '.join(CONTRACTS)})")
+        out[target] = names
+    return out
 
 
 def _devices(entry: dict[str, Any], here: str) -> tuple[str, ...]:
