@@ -70,6 +70,8 @@ class Pattern:
     fragments: dict[str, Fragment] = field(default_factory=dict)
     opset: tuple[int, int] = (1, 10_000)
     priority: int | None = None
+    #: ``priority = "+1"``: each variant's node count plus this (tried before a base's variants of its size)
+    priority_offset: int = 0
     constants: frozenset[str] = frozenset()
     optional: frozenset[str] = frozenset()
     checks: tuple[str, ...] = ()
@@ -119,13 +121,15 @@ class Pattern:
         return required_ops(self.match, self.fragments)
 
     def variant_priority(self, variant: Variant) -> int:
-        """Explicit priority if set, else the variant's node count: larger matches go first."""
-        return self.priority if self.priority is not None else variant.size
+        """Explicit priority if set, else the variant's node count (plus ``priority_offset``): larger matches go
+        first."""
+        return self.priority if self.priority is not None else variant.size + self.priority_offset
 
     def to_dict(self) -> dict[str, Any]:
+        offset = f"{self.priority_offset:+d}" if self.priority is None and self.priority_offset else None
         return {
             "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
-            "devices": list(self.devices), "opset": list(self.opset), "priority": self.priority,
+            "devices": list(self.devices), "opset": list(self.opset), "priority": offset or self.priority,
             "variants": len(self.variants), "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
             "compute": dict(self.compute), "narrows": {t: list(c) for t, c in self.narrows.items()},
             "source": self.source,
@@ -238,11 +242,12 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
     match = parse_template(match_text, f"{here} (match)")
     replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
     check_calls(match, fragments, f"{here} (match)")
+    priority, offset = _priority(entry, here)
     pattern = Pattern(
         name=name, family=family, description=str(entry.get("description", "")).strip(),
         replacements=replacements, match=match, fragments=fragments, _expansions=expansions,
         opset=_opset_range(entry.get("opset"), here),
-        priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
+        priority=priority, priority_offset=offset, constants=frozenset(_str_list(entry, "constants", here)),
         optional=frozenset(_str_list(entry, "optional", here)),
         checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
         tolerance=float(entry.get("tolerance", 1e-4)), devices=_devices(entry, here),
@@ -298,6 +303,16 @@ def _opset_range(value: Any, here: str) -> tuple[int, int]:
     if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
         return (value[0], value[1])
     raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
+
+
+def _priority(entry: dict[str, Any], here: str) -> tuple[int | None, int]:
+    """``priority = 19`` (absolute), ``priority = "+1"`` (each variant's node count plus 1), or none."""
+    value = entry.get("priority")
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value, 0
+    if isinstance(value, str) and value[:1] in "+-" and value[1:].strip().isdigit():
+        return None, int(value)
+    raise PatternError(f"{here}: priority must be an integer or a node-count offset such as \"+1\", not {value!r}")
 
 
 def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, tuple[str, ...]]:
