@@ -26,6 +26,12 @@ CONTRACTS = {
                         "no padding (onnxruntime's GroupQueryAttention rotates a step over an empty past by the "
                         "first row's positions: a padded batched prompt); decode steps, chunks and prompts at "
                         "batch 1 keep any position ids",
+    "unpadded-queries": "every new token of a step visible: the attention mask is 1 at each new token's position "
+                        "(a prompt, chunk or decode step with padding or holes among its new tokens is no longer "
+                        "accepted, at any batch: a sliding window fused as GroupQueryAttention's local_window_size "
+                        "spreads a padded query whose window has no visible key over that window where the original "
+                        "spreads it over all keys, so the outputs at such positions differ); padding in the past "
+                        "stays accepted",
     "shared-kv-buffer": "the past as one buffer of the longest length that the present shares (onnxruntime-genai's "
                         "past_present_share_buffer): the attention mask's length says how much of it is valid (mask "
                         "length - new tokens), the present comes back at the buffer's length, not past + new",

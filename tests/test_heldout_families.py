@@ -10,7 +10,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 HELDOUT = Path(__file__).parent / "fixtures" / "models" / "heldout"
@@ -68,3 +70,32 @@ def test_a_sliding_window_is_never_fused_as_a_plain_causal_mask(variant: str, tm
     for node in onnx.load(str(tmp_path / "gqa.onnx")).graph.node:
         if node.op_type == "GroupQueryAttention":
             assert _attrs(node).get("causal", 0) == 0 and len(node.input) > 10 and node.input[10]
+
+
+@pytest.mark.parametrize("variant", ["legacy14_kv", "dynamo_kv"])
+def test_mistrals_window_is_group_query_attentions_local_window_under_both_contracts(variant: str,
+                                                                                     tmp_path: Path) -> None:
+    # with unpadded-queries too, the window of 4 keys becomes the op's local_window_size (the bias keeps the
+    # padding); validated at decode / prefill / chunk / long past (256 keys, far past the window)
+    out = tmp_path / "window.onnx"
+    report, _ = optimize(f"mistral.{variant}", out, "--contract", "batch1-chunks", "--contract", "unpadded-queries")
+    assert report["counts"].get("gqa-past-window") == 2 and not report["dropped"], report
+    assert [s["name"] for s in report["validation"]["sizes"]] == ["decode", "prefill", "chunk", "long past"]
+    assert sorted(report["contracts"]) == ["batch1-chunks", "unpadded-queries"]
+    model = onnx.load(str(out))
+    for node in model.graph.node:
+        if node.op_type == "GroupQueryAttention":
+            attrs = _attrs(node)
+            assert attrs["causal"] == 1 and attrs["local_window_size"] == 4 and node.input[10]
+    assert "unpadded-queries: every new token" in {p.key: p.value for p in model.metadata_props}["gsrewrite.contracts"]
+    # the committed decode step (a left-padded past, the new token visible) reproduced; the committed prefill's
+    # right-padded row is outside the contract: its real tokens agree (its padded queries still have real keys in
+    # their windows, so they agree too; a left-padded one would not: tests/patterns/test_window.py)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    for stem in (f"mistral.{variant}", f"mistral.{variant}.prefill"):
+        feed = dict(np.load(HELDOUT / f"{stem}.inputs.npz"))
+        got = dict(zip(names, session.run(None, feed), strict=True))
+        want = np.load(HELDOUT / f"{stem}.outputs.npz")["logits"]
+        visible = feed["attention_mask"][:, -want.shape[1]:].astype(bool)
+        assert np.abs(got["logits"] - want)[visible].max() < 1e-4

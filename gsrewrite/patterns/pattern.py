@@ -70,6 +70,8 @@ class Pattern:
     fragments: dict[str, Fragment] = field(default_factory=dict)
     opset: tuple[int, int] = (1, 10_000)
     priority: int | None = None
+    #: ``priority = "+1"``: each variant's node count plus this (tried before a base's variants of its size)
+    priority_offset: int = 0
     constants: frozenset[str] = frozenset()
     optional: frozenset[str] = frozenset()
     checks: tuple[str, ...] = ()
@@ -77,9 +79,9 @@ class Pattern:
     tolerance: float = 1e-4
     #: the devices the rewrite pays off on (``--device``); elsewhere the pattern is skipped with a reason
     devices: tuple[str, ...] = DEVICES
-    #: target -> the input contract (:mod:`gsrewrite.contracts`) its replacement narrows the model to: used only
-    #: when the user asks for that contract
-    narrows: dict[str, str] = field(default_factory=dict)
+    #: target -> the input contracts (:mod:`gsrewrite.contracts`) its replacement narrows the model to: used only
+    #: when the user asks for every one of them
+    narrows: dict[str, tuple[str, ...]] = field(default_factory=dict)
     source: str = ""
     match_text: str = ""
     replace_texts: dict[str, str] = field(default_factory=dict)
@@ -119,15 +121,18 @@ class Pattern:
         return required_ops(self.match, self.fragments)
 
     def variant_priority(self, variant: Variant) -> int:
-        """Explicit priority if set, else the variant's node count: larger matches go first."""
-        return self.priority if self.priority is not None else variant.size
+        """Explicit priority if set, else the variant's node count (plus ``priority_offset``): larger matches go
+        first."""
+        return self.priority if self.priority is not None else variant.size + self.priority_offset
 
     def to_dict(self) -> dict[str, Any]:
+        offset = f"{self.priority_offset:+d}" if self.priority is None and self.priority_offset else None
         return {
             "name": self.name, "family": self.family, "description": self.description, "targets": self.targets,
-            "devices": list(self.devices), "opset": list(self.opset), "priority": self.priority,
+            "devices": list(self.devices), "opset": list(self.opset), "priority": offset or self.priority,
             "variants": len(self.variants), "nodes": max(v.size for v in self.variants), "checks": list(self.checks),
-            "compute": dict(self.compute), "narrows": dict(self.narrows), "source": self.source,
+            "compute": dict(self.compute), "narrows": {t: list(c) for t, c in self.narrows.items()},
+            "source": self.source,
         }
 
 
@@ -237,11 +242,12 @@ def _pattern(entry: dict[str, Any], family: str, fragments: dict[str, Fragment],
     match = parse_template(match_text, f"{here} (match)")
     replacements = {t: parse_template(text, f"{here} (replace.{t})") for t, text in replace_texts.items()}
     check_calls(match, fragments, f"{here} (match)")
+    priority, offset = _priority(entry, here)
     pattern = Pattern(
         name=name, family=family, description=str(entry.get("description", "")).strip(),
         replacements=replacements, match=match, fragments=fragments, _expansions=expansions,
         opset=_opset_range(entry.get("opset"), here),
-        priority=entry.get("priority"), constants=frozenset(_str_list(entry, "constants", here)),
+        priority=priority, priority_offset=offset, constants=frozenset(_str_list(entry, "constants", here)),
         optional=frozenset(_str_list(entry, "optional", here)),
         checks=tuple(_str_list(entry, "checks", here)), compute=_compute(entry.get("compute", {}), here),
         tolerance=float(entry.get("tolerance", 1e-4)), devices=_devices(entry, here),
@@ -299,19 +305,38 @@ def _opset_range(value: Any, here: str) -> tuple[int, int]:
     raise PatternError(f"{here}: opset must be an integer (minimum) or [min, max], not {value!r}")
 
 
-def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, str]:
+def _priority(entry: dict[str, Any], here: str) -> tuple[int | None, int]:
+    """``priority = 19`` (absolute), ``priority = "+1"`` (each variant's node count plus 1), or none."""
+    value = entry.get("priority")
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value, 0
+    if isinstance(value, str) and value[:1] in "+-" and value[1:].strip().isdigit():
+        return None, int(value)
+    raise PatternError(f"{here}: priority must be an integer or a node-count offset such as \"+1\", not {value!r}")
+
+
+def _narrows(entry: dict[str, Any], replacements: dict[str, str], here: str) -> dict[str, tuple[str, ...]]:
+    """``narrows = { ort = "batch1-chunks" }``, or a list of contracts a replacement needs all of."""
     from gsrewrite.contracts import CONTRACTS
 
     value = entry.get("narrows", {})
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise PatternError(f"{here}: narrows must be a table target -> contract name, not {value!r}")
-    for target, contract in value.items():
+    def named(v: Any) -> bool:
+        return isinstance(v, str) or (isinstance(v, list) and bool(v) and all(isinstance(c, str) for c in v))
+
+    if not isinstance(value, dict) or not all(isinstance(k, str) and named(v) for k, v in value.items()):
+        raise PatternError(f"{here}: narrows must be a table target -> contract name (or a list of them), "
+                           f"not {value!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    for target, contracts in value.items():
         if target not in replacements:
             raise PatternError(f"{here}: narrows names the target {target!r}, which has no replacement")
-        if contract not in CONTRACTS:
-            raise PatternError(f"{here}: narrows names the unknown contract {contract!r} "
-                               f"(known: {', '.join(CONTRACTS)})")
-    return dict(value)
+        names = (contracts,) if isinstance(contracts, str) else tuple(dict.fromkeys(contracts))
+        for contract in names:
+            if contract not in CONTRACTS:
+                raise PatternError(f"{here}: narrows names the unknown contract {contract!r} "
+                                   f"(known: {', '.join(CONTRACTS)})")
+        out[target] = names
+    return out
 
 
 def _devices(entry: dict[str, Any], here: str) -> tuple[str, ...]:

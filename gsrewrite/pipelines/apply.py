@@ -281,10 +281,13 @@ def with_contracts(validation: dict[str, Any] | None, options: RewriteOptions) -
 def _within_contracts(selected: list[Pattern], target: str, contracts: Sequence[str]
                       ) -> tuple[list[Pattern], dict[str, str]]:
     """The selected patterns whose replacement for ``target`` keeps every input the original accepts, or narrows
-    it to a contract the user asked for; why each other one is skipped."""
-    skipped = {p.name: f"narrows the inputs the model accepts: {CONTRACTS[p.narrows[target]]} "
-                       f"(--contract {p.narrows[target]} accepts that)"
-               for p in selected if p.narrows.get(target) and p.narrows[target] not in contracts}
+    it to contracts the user asked for (every one of them); why each other one is skipped."""
+    skipped: dict[str, str] = {}
+    for pattern in selected:
+        missing = [name for name in pattern.narrows.get(target, ()) if name not in contracts]
+        if missing:
+            skipped[pattern.name] = "narrows the inputs the model accepts: " + "; ".join(
+                f"{CONTRACTS[name]} (--contract {name} accepts that)" for name in missing)
     for name, reason in skipped.items():
         log.info("pattern %s skipped: %s", name, reason)
     return [p for p in selected if p.name not in skipped], skipped
@@ -292,8 +295,8 @@ def _within_contracts(selected: list[Pattern], target: str, contracts: Sequence[
 
 def _state_contracts(result: RewriteResult, selected: list[Pattern], target: str) -> None:
     """The contracts the kept rewrites narrow the model to: in the result and the model's metadata_props."""
-    result.contracts = sorted({p.narrows[target] for p in selected if p.narrows.get(target) and
-                               result.counts.get(p.name)})
+    result.contracts = sorted({name for p in selected if result.counts.get(p.name)
+                               for name in p.narrows.get(target, ())})
     if result.contracts and result.changed:
         state_contracts(result.model, result.contracts)
         result.serialized = None  # the bytes validation made lack the statement

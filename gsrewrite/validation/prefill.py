@@ -120,13 +120,15 @@ def _is_mask_name(name: str) -> bool:
 
 def prefilled_feed(plan: PrefillPlan, dims: InputDims, plans: Sequence[InputPlan], bindings: Mapping[str, int],
                    feed: dict[str, np.ndarray], seed: Sequence[int], mask_offset: int,
-                   run_original: Callable[[dict[str, np.ndarray]], Mapping[str, Any]]) -> dict[str, np.ndarray]:
+                   run_original: Callable[[dict[str, np.ndarray]], Mapping[str, Any]], visible_new: bool = False
+                   ) -> dict[str, np.ndarray]:
     """``feed`` (a step drawn at ``bindings``) with its past taken from the original's prefill of as many tokens
     (``run_original`` runs it), its mask continuing the prefill's and its positions following the mask. A step
-    over no past only gets positions that follow its mask."""
+    over no past only gets positions that follow its mask; ``visible_new`` (the ``unpadded-queries`` contract):
+    its mask is 1 at every new token too (a step over a past has it so anyway)."""
     past = sum(bindings.get(n, 0) for n in plan.past)
     if past == 0 or not plan.pairs:
-        return _with_positions(plan, dict(feed), past)
+        return queries_visible(plan, feed, past) if visible_new else _with_positions(plan, dict(feed), past)
     prefill_bindings = {**bindings, **{n: 0 for n in plan.past}, **{n: past for n in plan.new}}
     shapes = dims.shapes(prefill_bindings)
     prefill_plans = [dataclasses.replace(p, shape=shapes[p.name], start=None if p.start is None else 0) for p in plans]
@@ -145,6 +147,16 @@ def prefilled_feed(plan: PrefillPlan, dims: InputDims, plans: Sequence[InputPlan
     return _with_positions(plan, step, past)
 
 
+def queries_visible(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int) -> dict[str, np.ndarray]:
+    """``feed`` with its mask 1 at every new token (after ``past`` columns) and positions following it: the inputs
+    the ``unpadded-queries`` contract keeps."""
+    step = dict(feed)
+    if plan.mask is not None and plan.mask in step:
+        step[plan.mask] = step[plan.mask].copy()
+        step[plan.mask][:, past:] = 1
+    return _with_positions(plan, step, past)
+
+
 def _with_positions(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int) -> dict[str, np.ndarray]:
     """2-D position inputs counting the visible tokens before each new one (masked ones at 1), as generate does."""
     if plan.mask is None or plan.mask not in feed:
@@ -159,11 +171,14 @@ def _with_positions(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int) -
     return feed
 
 
-def prefill_described(plan: PrefillPlan, bindings: Mapping[str, int], described: Mapping[str, dict[str, Any]]
-                      ) -> dict[str, dict[str, Any]]:
+def prefill_described(plan: PrefillPlan, bindings: Mapping[str, int], described: Mapping[str, dict[str, Any]],
+                      visible_new: bool = False) -> dict[str, dict[str, Any]]:
     """The report's description of the inputs :func:`prefilled_feed` made (the others as they were)."""
     past = sum(bindings.get(n, 0) for n in plan.past)
     out: dict[str, dict[str, Any]] = {}
+    if visible_new and not (past and plan.pairs) and plan.mask is not None and plan.mask in described:
+        out[plan.mask] = {**described[plan.mask], "values": "1 at every new token (unpadded-queries)" +
+                          (": the past's columns as drawn" if past else "")}
     if past and plan.pairs:
         out.update({name: {**described[name], "values": f"the original's {present} after its own prefill of {past}"
                            " tokens"} for name, present in plan.pairs.items() if name in described})

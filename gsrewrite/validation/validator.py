@@ -25,7 +25,13 @@ from gsrewrite.validation.kept_outputs import KeptOutputs
 from gsrewrite.validation.memory import MemoryBudgetError, default_budget, memory_budget, parse_size
 from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.noise import Noise, measure_noise
-from gsrewrite.validation.prefill import PrefillPlan, prefill_described, prefill_plan, prefilled_feed
+from gsrewrite.validation.prefill import (
+    PrefillPlan,
+    prefill_described,
+    prefill_plan,
+    prefilled_feed,
+    queries_visible,
+)
 from gsrewrite.validation.report import OutputComparison, ValidationReport, grouped_shapes, merge_runs
 from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec
@@ -266,21 +272,27 @@ class Validator:
         if plan is None or self._dims is None:
             return
         dims, made = self._dims, {}
+        visible_new = "unpadded-queries" in self.contracts  # no query row padded: the mask is 1 at new tokens
         try:
             for run in range(self.runs):
                 feed = prefilled_feed(plan, dims, input_set.plans, input_set.size.bindings, input_set.feed(run),
                                       input_set.seeds(run), input_set.mask_offset + run * input_set.mask_rows,
-                                      lambda prefill: _run(session, prefill, input_set.described, self.original.proto))
+                                      lambda prefill: _run(session, prefill, input_set.described, self.original.proto),
+                                      visible_new)
                 made[run] = self.kept.keep(feed)
         except CannotValidateError:
             raise
         except (ValidationError, InputDataError, ValueError) as exc:
             log.info("the %s set keeps its drawn past: its prefill failed (%s)", input_set.size.name,
                      str(exc).splitlines()[0])
+            if visible_new:  # still only the inputs the contract keeps
+                past = sum(input_set.size.bindings.get(n, 0) for n in plan.past)
+                input_set.prefilled = {run: self.kept.keep(queries_visible(plan, input_set.feed(run), past))
+                                       for run in range(self.runs)}
             return
         input_set.prefilled = made
         input_set.described = {**input_set.described, **prefill_described(plan, input_set.size.bindings,
-                                                                          input_set.described)}
+                                                                          input_set.described, visible_new)}
 
     def _prefill_plan(self) -> PrefillPlan | None:
         if self._dims is None:
