@@ -37,7 +37,14 @@ from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
-from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import (
+    ModelArg,
+    RewriteOptions,
+    Source,
+    ValidateArg,
+    overlaps_reference,
+    validation_kwargs,
+)
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
 from gsrewrite.stages import stage, weights
@@ -243,7 +250,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     validate = validation is not None
     if pending is None and validate:
         pending = reference_validator(source if reference is None else source.derived(reference), validation)
-        if source.overlaps_reference():
+        if overlaps_reference(source):
             pending.start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):

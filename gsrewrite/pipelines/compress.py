@@ -42,6 +42,7 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.model_io.source import Source
 from gsrewrite.model_io.tensors import initializer_bytes
 from gsrewrite.model_io.weights import has_references, inlined, materialized, weights_from
 from gsrewrite.pipelines.bisect import first_failing
@@ -57,7 +58,6 @@ from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
     from gsrewrite.pipelines.bench import Phase
-    from gsrewrite.pipelines.options import Source
     from gsrewrite.validation import Validator
 
 
@@ -220,7 +220,7 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     ``bench_runs`` > 0 (one model at a time), report. ``contracts``: the input contracts ``model`` was fused under
     (``optimize --contract``): validation tries only the inputs they keep, as the fusions' did.
 
-    ``model`` may be a :class:`~gsrewrite.pipelines.options.Source` read with its weights left in their files
+    ``model`` may be a :class:`~gsrewrite.model_io.source.Source` read with its weights left in their files
     (``Source.mapped``): a strategy that reads weights one at a time (``reads_references = True``: int4, int8,
     dynamic-int8) never holds them all, onnxruntime maps them, and the result keeps references to the weights it
     did not change (``result.weights_dir``: save with it). Other strategies get the weights read in first.
@@ -230,8 +230,6 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     :class:`~gsrewrite.errors.SlowerModelError` when it was measured more than ``MAX_SLOWDOWN`` times slower than
     the input and ``allow_slower`` is false; each carries the ``CompressResult`` as ``result``.
     """
-    from gsrewrite.pipelines.options import Source
-
     source = Source.of(model)
     with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
         result = _compress(source, strategy, validate, inputs, input_shapes,
@@ -259,7 +257,7 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
         from gsrewrite.validation.runner import cannot_validate, why_unrunnable
 
-        reason = why_unrunnable(getattr(baseline, "proto", baseline))
+        reason = why_unrunnable(baseline.model if isinstance(baseline, Source) else baseline)
         if reason is not None:
             raise cannot_validate(reason)
     unknown = sorted(set(given) - set(getattr(chosen, "options", given)))
@@ -491,7 +489,7 @@ def _time_original(baseline: Any, inputs: Any, input_shapes: Any, runs: int, thr
     from gsrewrite.pipelines.bench import Phase, bench_inputs
     from gsrewrite.validation import phases as decoder
 
-    proto = getattr(baseline, "proto", baseline)
+    proto = baseline.model if isinstance(baseline, Source) else baseline
     with stage("benchmarking the original"):
         phases = decoder.decoder_phases(proto, input_shapes) if inputs is None else None
         if phases is None:

@@ -28,6 +28,7 @@ from gsrewrite.pipelines.options import (
     RewriteOptions,
     Source,
     ValidateArg,
+    overlaps_reference,
     validation_kwargs,
 )
 from gsrewrite.pipelines.simplify import Settings, likely_to_change, run_passes
@@ -110,7 +111,7 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
     pending = reference_validator(source, validation) if validation is not None else None
-    overlapping = pending if pending is not None and source.overlaps_reference() else None
+    overlapping = pending if pending is not None and overlaps_reference(source) else None
     if overlapping is not None and simplify and likely_to_change(original):
         overlapping.start()  # at once: overlaps all of the cleanup
     try:

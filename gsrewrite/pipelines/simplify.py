@@ -22,7 +22,7 @@ from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
 from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
-from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, overlaps_reference, validation_kwargs
 from gsrewrite.protocols import GraphPass
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
@@ -92,7 +92,7 @@ def _simplify(source: Source, settings: Settings, passes: Any, validation: dict[
     original = source.model
     checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
         if validation is not None else None
-    overlapping = checker if checker is not None and source.overlaps_reference() else None
+    overlapping = checker if checker is not None and overlaps_reference(source) else None
     if overlapping is not None and likely_to_change(original):
         overlapping.start()  # at once: the reference run overlaps all of the passes
     try:
