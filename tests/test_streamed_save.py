@@ -87,8 +87,8 @@ def test_a_source_shorter_than_its_tensors_is_an_error(tmp_path: Path) -> None:
 def test_onnxruntime_runs_a_weightless_model_from_its_folder(tmp_path: Path) -> None:
     """Validation hands onnxruntime a weightless-loaded model as bytes plus the folder its references point into:
     the weights stay in the file (mapped by onnxruntime), and the outputs are the model's."""
-    from gsrewrite.validation import validate
     from gsrewrite.model_io.source import Source
+    from gsrewrite.validation import validate
 
     _model(tmp_path / "m.onnx", external=False)
     loaded = load_weightless(tmp_path / "m.onnx")

@@ -32,22 +32,15 @@ from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
-from gsrewrite.pipelines.options import (
-    ModelArg,
-    RewriteOptions,
-    Source,
-    ValidateArg,
-    overlaps_reference,
-    validation_kwargs,
-)
+from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.request import entered, handed_back, overlaps_reference
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.simplifier.result import ModelStats
-from gsrewrite.stages import stage, weights
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -205,17 +198,15 @@ def apply_fusions(model: ModelArg, fusions: Fusions, validate: ValidateArg = Tru
     """:func:`apply` with its settings as one :class:`Fusions` (``fusions.options.contracts`` included)."""
     fusions = dataclasses.replace(fusions, options=dataclasses.replace(
         fusions.options, contracts=check_contracts(fusions.options.contracts)))
-    source = Source.of(model)
-    check_decoder(source.model, fusions.options.contracts)  # KV-cache contracts of a model without a cache: refused
-    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
-        result = rewrite(source, fusions, validation_kwargs(validate))
+    with entered(model, validation_kwargs(validate)) as request:
+        source = request.source
+        check_decoder(source.model, fusions.options.contracts)  # KV-cache contracts of a model without a cache
+        result = rewrite(source, fusions, request.options)
         if wanted(fusions.options.contracts):
             apply_kv_contracts(result, source.model, fusions.options.contracts, None,
-                               with_contracts(validation_kwargs(validate), fusions.options))
+                               with_contracts(request.options, fusions.options))
             result.after = op_histogram(result.model)
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
-    result.weights_dir = source.weights_dir
-    return result
+        return handed_back(request, result)
 
 
 @dataclass(frozen=True)

@@ -44,14 +44,15 @@ from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
 from gsrewrite.model_io.source import Source
 from gsrewrite.model_io.tensors import initializer_bytes
-from gsrewrite.model_io.weights import has_references, inlined, materialized, weights_from
+from gsrewrite.model_io.weights import has_references, materialized
 from gsrewrite.pipelines.bisect import first_failing
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.pipelines.options import TOLERANCE_FIELDS
+from gsrewrite.pipelines.request import entered, handed_back
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
-from gsrewrite.stages import release_memory, stage, weights
+from gsrewrite.stages import release_memory, stage
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import LISTED_FAILURES, OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
@@ -230,15 +231,12 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     :class:`~gsrewrite.errors.SlowerModelError` when it was measured more than ``MAX_SLOWDOWN`` times slower than
     the input and ``allow_slower`` is false; each carries the ``CompressResult`` as ``result``.
     """
-    source = Source.of(model)
-    with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
-        result = _compress(source, strategy, validate, inputs, input_shapes,
+    with entered(model) as request:
+        result = _compress(request.source, strategy, validate, inputs, input_shapes,
                            {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,
                             "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options,
                            tuple(contracts))
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
-    result.weights_dir = source.weights_dir if has_references(result.model) else None
-    return result
+        return handed_back(request, result, only_with_references=True)
 
 
 def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_shapes: Any,

@@ -15,26 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gsrewrite.errors import UsageError
-from gsrewrite.model_io.source import ModelArg as ModelArg  # the entries' model argument
-from gsrewrite.model_io.source import Source
+from gsrewrite.model_io.source import ModelArg as ModelArg  # the entries' model argument, in its handle
+from gsrewrite.model_io.source import Source as Source
 
 if TYPE_CHECKING:
     from gsrewrite.patterns.registry import PatternRegistry
     from gsrewrite.shapes.input_shapes import ShapeSpec
-
-
-#: weights up to which the reference run overlaps the cleanup and the rewrite: it made small models 3-10% faster
-#: (benchmarks/results/performance_notes_history.md); at BERT-base width it saved no wall time (A/B 0.95, 9 pairs)
-#: but its mapped weights beside the rewrite's working set raised optimize's median peak 360 -> 404 MiB
-#: (benchmarks/results/pipeline_memory.md)
-OVERLAP_MAX_WEIGHT_BYTES = 64 << 20
-
-
-def overlaps_reference(source: Source) -> bool:
-    """Whether the reference run may work beside the cleanup and the rewrite (a worker thread): for models of at
-    most :data:`OVERLAP_MAX_WEIGHT_BYTES`; a larger one's reference session (its weights mapped) then never coexists
-    with the rewrite's working set, and starts at the first comparison."""
-    return source.weight_bytes() <= OVERLAP_MAX_WEIGHT_BYTES
 
 
 @dataclass(frozen=True)
