@@ -106,8 +106,7 @@ def _fused(request: Request, fusions: Fusions, simplify: bool) -> RewriteResult:
         working, passes, graph, records = _simplified(request) if simplify else (original, {}, None, [])
         # the cleanup's graph goes to the fusion pass as it is (no import of ``working`` again); ``working`` is
         # what bisection rebuilds from and what comes back when no fusion applies
-        result = rewrite(source.derived(working), fusions, validation,
-                         reference=original if working is not original else None, pending=pending, graph=graph)
+        result = rewrite(request, fusions, working=source.derived(working), pending=pending, graph=graph)
     except BaseException:  # the reference run must not outlive a failed call either
         if pending is not None:
             pending.join()
