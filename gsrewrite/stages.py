@@ -7,8 +7,8 @@ shows each stage's time and peak resident memory, and the CLI's progress display
 The peak is the process's high-water mark (``getrusage``'s ``ru_maxrss``, kept by the kernel) when the stage raised
 it, else the highest resident size a sampler thread read (``/proc/self/statm`` every :data:`SAMPLE_SECONDS`) while
 the stage ran: a peak shorter than that between two samples can be missed, never overstated. Nothing is sampled
-when the logger does not show INFO. ``weights(nbytes)`` binds the request's weight bytes, the unit of the ratio (a
-context variable: a request in another thread sees its own).
+when the logger does not show INFO. ``weights(nbytes)`` binds the request's weight bytes, the unit of the ratio (a field
+of the request: :mod:`gsrewrite.request`; a request in another thread sees its own).
 
 :func:`release_memory` collects garbage and hands the C heap's free pages back to the system, at the few steps where
 that measurably lowers a command's peak (each call site quotes its saving; benchmarks/results/pipeline_memory.md).
@@ -28,14 +28,14 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
+
+from gsrewrite.request import bound, current
 
 log = logging.getLogger("gsrewrite.stages")
 
 #: seconds between two reads of the resident size while a stage runs
 SAMPLE_SECONDS = 0.05
-_WEIGHTS: ContextVar[int | None] = ContextVar("gsrewrite_stage_weights", default=None)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -57,17 +57,15 @@ def stage(name: str) -> Iterator[None]:
         else:
             sampled = sampler.stop()
             after = peak_rss()
-            log.info("%s: %.2f s, %s", name, seconds, describe(after if after > before else sampled, _WEIGHTS.get()))
+            peak = after if after > before else sampled
+            log.info("%s: %.2f s, %s", name, seconds, describe(peak, current().weight_bytes))
 
 
 @contextlib.contextmanager
 def weights(nbytes: int | None) -> Iterator[None]:
     """Stages inside report their peak against ``nbytes`` (the request's weight bytes); None: no ratio."""
-    token = _WEIGHTS.set(nbytes)
-    try:
+    with bound(weight_bytes=nbytes):
         yield
-    finally:
-        _WEIGHTS.reset(token)
 
 
 def describe(peak: int, weight_bytes: int | None) -> str:

@@ -30,8 +30,8 @@ def test_the_fusion_pass_takes_the_cleanup_graph_and_gives_the_same_model(monkey
     assert imports == []  # the fusion pass imported nothing: it took the cleanup's graph
 
     simplified = optimize_module._simplified
-    monkeypatch.setattr(optimize_module, "_simplified", lambda model, on_change: (
-        *(done := simplified(model, on_change))[:2], None, *done[3:]))  # the graph left out
+    monkeypatch.setattr(optimize_module, "_simplified", lambda request: (
+        *(done := simplified(request))[:2], None, *done[3:]))  # the graph left out
     reimported = gsrewrite.optimize(str(EXAMPLE))
     assert len(imports) == 1  # without the graph, the simplified model is imported again
     assert handed.model.SerializeToString() == reimported.model.SerializeToString()
@@ -43,11 +43,11 @@ def test_the_reference_run_overlaps_the_rewrite_only_for_small_models(monkeypatc
                                                                        limit: int) -> None:
     """Up to OVERLAP_MAX_WEIGHT_BYTES the reference run starts beside the cleanup; above, at the first comparison,
     after the fusion pass (its onnxruntime session never coexists with the rewrite's working set)."""
-    from gsrewrite.pipelines import options
+    from gsrewrite.pipelines import request
     from gsrewrite.validation.background import LazyValidator
 
     apply_module = importlib.import_module("gsrewrite.pipelines.apply")
-    monkeypatch.setattr(options, "OVERLAP_MAX_WEIGHT_BYTES", limit)
+    monkeypatch.setattr(request, "OVERLAP_MAX_WEIGHT_BYTES", limit)
     events: list[str] = []
     start, rewrite = LazyValidator.start, apply_module._rewrite
 

@@ -87,16 +87,16 @@ def test_a_source_shorter_than_its_tensors_is_an_error(tmp_path: Path) -> None:
 def test_onnxruntime_runs_a_weightless_model_from_its_folder(tmp_path: Path) -> None:
     """Validation hands onnxruntime a weightless-loaded model as bytes plus the folder its references point into:
     the weights stay in the file (mapped by onnxruntime), and the outputs are the model's."""
+    from gsrewrite.model_io.source import Source
     from gsrewrite.validation import validate
-    from gsrewrite.validation.runner import ModelSource
 
     _model(tmp_path / "m.onnx", external=False)
     loaded = load_weightless(tmp_path / "m.onnx")
-    source = ModelSource("original", loaded, weights_dir=str(tmp_path))
-    candidate = ModelSource("candidate", load_weightless(tmp_path / "m.onnx"), weights_dir=str(tmp_path))
+    source = Source(loaded, weights_dir=str(tmp_path))
+    candidate = Source(load_weightless(tmp_path / "m.onnx"), weights_dir=str(tmp_path), role="candidate")
     report = validate(source, candidate)
     assert report.ok and report.outputs[0].max_abs == 0
     from gsrewrite.errors import CannotValidateError
 
     with pytest.raises(CannotValidateError):  # without the folder, the references resolve nowhere
-        validate(ModelSource("original", loaded), candidate)
+        validate(Source(loaded), candidate)

@@ -471,13 +471,14 @@ def test_validation_sessions_prepack_only_4_bit_weights():
     unpacked path is slow (int4 GPT-2 base: candidate validation 6.7 -> 2.2 s, peak RSS lower)."""
     from onnx import TensorProto, helper
 
-    from gsrewrite.validation.runner import ModelSource, _validation_options
+    from gsrewrite.model_io.source import Source
+    from gsrewrite.validation.runner import _validation_options
 
     def options(op: str, domain: str = "") -> object:
         node = helper.make_node(op, ["x", "w"], ["y"], domain=domain)
         graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
-        return _validation_options(ModelSource("candidate", helper.make_model(graph)), True)
+        return _validation_options(Source(helper.make_model(graph), role="candidate"), True)
 
     def prepacking_disabled(so: object) -> bool:
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -28,14 +27,12 @@ log = logging.getLogger(__name__)
 HIDDEN_FROM_INFERENCE = 1024
 
 
-def import_graph(model: onnx.ModelProto, on_change: Callable[[], None] | None = None) -> tuple[gs.Graph, int]:
+def import_graph(model: onnx.ModelProto) -> tuple[gs.Graph, int]:
     """``model``'s graph in onnx-graphsurgeon, with the dtypes and shapes ONNX shape inference finds, and the
     number of top-level ``Constant`` nodes that were turned into initializers on the way (cheaper here than
-    as graphsurgeon nodes; ``on_change`` is called as soon as there is one)."""
+    as graphsurgeon nodes)."""
     initializers, nodes = _constants_as_initializers(model.graph)
     converted = len(model.graph.node) - len(nodes)
-    if converted and on_change is not None:
-        on_change()
     big = {t.name: t for t in initializers if _data_bytes(t) > HIDDEN_FROM_INFERENCE}
     light = _light_copy(model, nodes, [t for t in initializers if t.name not in big], big)
     graph = import_onnx(infer_shapes(light))

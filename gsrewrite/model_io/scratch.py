@@ -23,16 +23,15 @@ import contextlib
 import mmap
 import uuid
 from collections.abc import Iterator
-from contextvars import ContextVar
 
 import numpy as np
 from onnx import TensorProto, helper
 
 from gsrewrite.model_io.spill import SpillFile
+from gsrewrite.request import bound, current
 
 #: arrays of at least this many bytes go to the scratch file when exported
 SPILL_BYTES = 1 << 20
-_CURRENT: ContextVar[Scratch | None] = ContextVar("gsrewrite_scratch", default=None)
 
 
 class Scratch:
@@ -61,30 +60,29 @@ class Scratch:
 
 @contextlib.contextmanager
 def scratch_file() -> Iterator[Scratch]:
-    """Bind a scratch file for this block (this thread and the contexts copied from it); inside a block that has
-    one already, that one."""
-    current = _CURRENT.get()
-    if current is not None:
-        yield current
+    """Bind a scratch file for this block (the request's ``scratch``: this thread and the contexts copied from
+    it); inside a block that has one already, that one."""
+    bound_already = current().scratch
+    if bound_already is not None:
+        yield bound_already
         return
     scratch = Scratch()
-    token = _CURRENT.set(scratch)
     try:
-        yield scratch
+        with bound(scratch=scratch):
+            yield scratch
     finally:
-        _CURRENT.reset(token)
         scratch.close()
 
 
 def resolve(location: str) -> str | None:
     """The scratch file's path when ``location`` is the bound scratch file's token, else None."""
-    scratch = _CURRENT.get()
+    scratch = current().scratch
     return scratch.path if scratch is not None and location == scratch.token else None
 
 
 def mapped() -> mmap.mmap | None:
     """A read-only map of the bound scratch file as written so far (None when nothing is bound or written)."""
-    scratch = _CURRENT.get()
+    scratch = current().scratch
     return scratch.file.map() if scratch is not None and scratch.file.size else None
 
 
@@ -97,7 +95,7 @@ def is_scratch(tensor: TensorProto) -> bool:
 def spill(name: str, values: np.ndarray) -> TensorProto | None:
     """``values`` appended to the bound scratch file, as a tensor referring to them; None when no scratch file
     is bound, the array is small, or its type is not a plain numpy one (it is then exported as it is)."""
-    scratch = _CURRENT.get()
+    scratch = current().scratch
     if scratch is None or values.nbytes < SPILL_BYTES or values.dtype.kind not in "biuf" \
             or values.dtype.fields is not None:
         return None

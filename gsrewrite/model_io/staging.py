@@ -8,30 +8,30 @@ thread; ``output.save(model, serialized)`` puts that file in place when the resu
 otherwise discards it and saves through :func:`~gsrewrite.model_io.save_model`, the one save path. What it saves
 is measured in docs/design.md ("Performance").
 
-The staged save is found through a context variable: a pipeline hands bytes down to this layer, it never calls
-back into the code that opened the save (the CLI), and outside a ``with StagedSave`` :func:`offer` does nothing.
+The staged save is the request's report sink (``output``, :mod:`gsrewrite.request`): a pipeline hands bytes down to
+this layer, it never calls back into the code that opened the save (the CLI), and outside a ``with StagedSave``
+:func:`offer` does nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
-from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any
 
 import onnx
 
 from gsrewrite.model_io.saving import PendingFile, check_output_path, save_model, write_error, writes_as_is
-
-_open: ContextVar[StagedSave | None] = ContextVar("gsrewrite_staged_save", default=None)
+from gsrewrite.request import bound, current
 
 
 def offer(model: onnx.ModelProto, data: bytes) -> None:
     """``data`` (``model`` serialized, about to be validated): written ahead by the :class:`StagedSave` open in
     this context, if any."""
-    staged = _open.get()
+    staged = current().output
     if staged is not None:
         staged.begin(model, data)
 
@@ -47,7 +47,7 @@ class StagedSave:
         self._pending: PendingFile | None = None
         self._writer: _Worker | None = None
         self._error: OSError | None = None
-        self._token: Token[StagedSave | None] | None = None
+        self._binding = contextlib.ExitStack()
 
     def begin(self, model: onnx.ModelProto, data: bytes) -> None:
         """Start writing ``data`` unless something is staged already or :func:`save_model` would not write these
@@ -98,13 +98,12 @@ class StagedSave:
         self._pending = self._writer = None
 
     def __enter__(self) -> StagedSave:
-        self._token = _open.set(self)
+        self._binding.enter_context(bound(output=self))
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> None:
-        if self._token is not None:
-            _open.reset(self._token)
+        self._binding.close()
         self._discard()
 
 

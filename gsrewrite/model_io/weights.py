@@ -5,7 +5,8 @@ ONNX external-data entries (location, offset, length) relative to the folder of 
 into its ``.onnx`` file or its external data file. Three things need that folder: a pass that reads a weight's
 values, onnxruntime (which maps the referenced bytes itself, given the folder), and the save (which copies each
 payload from its file to the output in chunks). :func:`weights_from` binds the folder for the duration of one
-request (a context variable: nothing process-wide, another request in another thread sees its own);
+request (the request's ``weights_dir``, :mod:`gsrewrite.request`: nothing process-wide, another request in
+another thread sees its own);
 :func:`weights_dir` is what the readers consult, :func:`tensor_values` reads one tensor.
 
 A weight read here is read from disk into a new array each time unless it is small (the caller decides whether
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from contextvars import ContextVar
 
 import numpy as np
 from onnx import ModelProto, TensorProto, helper, numpy_helper
@@ -26,11 +26,11 @@ from gsrewrite.errors import InvalidModelError
 from gsrewrite.model_io.graph_walk import tensor_protos
 from gsrewrite.model_io.scratch import is_scratch, scratch_file
 from gsrewrite.model_io.weightless import external_range
+from gsrewrite.request import bound, current
 
 #: element types stored two to a byte (their array is not the bytes reinterpreted)
 _PACKED = frozenset(getattr(TensorProto, name) for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
                     if hasattr(TensorProto, name))
-_DIR: ContextVar[str | None] = ContextVar("gsrewrite_weights_dir", default=None)
 
 
 @contextlib.contextmanager
@@ -41,17 +41,13 @@ def weights_from(folder: str | os.PathLike[str] | None) -> Iterator[None]:
     if folder is None:
         yield
         return
-    token = _DIR.set(os.fspath(folder))
-    try:
-        with scratch_file():  # what the request makes waits there, not in memory (model_io/scratch.py)
-            yield
-    finally:
-        _DIR.reset(token)
+    with bound(weights_dir=os.fspath(folder)), scratch_file():  # what the request makes waits there, not in
+        yield  # memory (model_io/scratch.py)
 
 
 def weights_dir() -> str | None:
     """The folder bound by :func:`weights_from`, if any."""
-    return _DIR.get()
+    return current().weights_dir
 
 
 def is_reference(tensor: TensorProto) -> bool:
@@ -70,7 +66,7 @@ def tensor_values(tensor: TensorProto, folder: str | None = None) -> np.ndarray:
     with no folder to read it from, or whose file is shorter than the reference says."""
     if not is_reference(tensor):
         return numpy_helper.to_array(tensor)
-    base = folder if folder is not None else _DIR.get()
+    base = folder if folder is not None else current().weights_dir
     if base is None:
         raise InvalidModelError(f"tensor {tensor.name!r} refers to external data, and no model folder is known "
                                 "to read it from")
@@ -123,7 +119,7 @@ def inlined(model: ModelProto) -> ModelProto:
 def payload_range(tensor: TensorProto, folder: str | None = None) -> tuple[str, int, int] | None:
     """(path, offset, length) of a reference's bytes under ``folder`` (default: the bound one); None for a tensor
     that holds its values, or a reference this module does not read itself."""
-    base = folder if folder is not None else _DIR.get()
+    base = folder if folder is not None else current().weights_dir
     if not is_reference(tensor) or base is None or tensor.data_type in _PACKED:
         return None
     found = external_range(tensor, base)

@@ -32,15 +32,16 @@ from gsrewrite.errors import RewriteError, UsageError
 from gsrewrite.graph.conversion import to_graph
 from gsrewrite.graph.core import default_opset, to_model
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.patterns.pattern import Pattern
 from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
 from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.request import entered, handed_back, overlaps_reference
 from gsrewrite.reporting import Report, rewrite_report
+from gsrewrite.request import Request
 from gsrewrite.simplifier.result import ModelStats
-from gsrewrite.stages import stage, weights
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -198,17 +199,14 @@ def apply_fusions(model: ModelArg, fusions: Fusions, validate: ValidateArg = Tru
     """:func:`apply` with its settings as one :class:`Fusions` (``fusions.options.contracts`` included)."""
     fusions = dataclasses.replace(fusions, options=dataclasses.replace(
         fusions.options, contracts=check_contracts(fusions.options.contracts)))
-    source = Source.of(model)
-    check_decoder(source.model, fusions.options.contracts)  # KV-cache contracts of a model without a cache: refused
-    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
-        result = rewrite(source, fusions, validation_kwargs(validate))
+    with entered(model, validation_kwargs(validate)) as request:
+        check_decoder(request.source.model, fusions.options.contracts)  # KV-cache contracts without a cache
+        result = rewrite(request, fusions)
         if wanted(fusions.options.contracts):
-            apply_kv_contracts(result, source.model, fusions.options.contracts, None,
-                               with_contracts(validation_kwargs(validate), fusions.options))
+            apply_kv_contracts(result, request.source.model, fusions.options.contracts, None,
+                               with_contracts(request.options, fusions.options))
             result.after = op_histogram(result.model)
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
-    result.weights_dir = source.weights_dir
-    return result
+        return handed_back(request, result)
 
 
 @dataclass(frozen=True)
@@ -221,17 +219,19 @@ class Fusions:
     options: RewriteOptions = field(default_factory=RewriteOptions)
 
 
-def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None, *,
-            reference: onnx.ModelProto | None = None, pending: Any = None, graph: gs.Graph | None = None
-            ) -> RewriteResult:
-    """:func:`apply`'s pipeline. ``validation``: keyword arguments of :func:`gsrewrite.validate`, None for no
-    validation. ``reference``: the model ``source`` was derived from (``optimize``: the model before the
-    cleanup), what the result is compared with and given back when nothing agrees. ``pending``: the reference's
-    validator when the caller made it (started or not: a validator not started starts at the first comparison);
-    without one, the reference run starts at once, overlapping the rewrite. ``graph``: ``source``'s model as the
+def rewrite(request: Request, fusions: Fusions, *, working: Source | None = None, pending: Any = None,
+            graph: gs.Graph | None = None) -> RewriteResult:
+    """:func:`apply`'s pipeline on the request's model, validated with ``request.options`` (keyword arguments of
+    :func:`gsrewrite.validate`; None: not validated). ``working``: the request's model as an earlier stage left it
+    (``optimize``'s cleanup): rewritten instead, while the request's model stays what the result is compared with
+    and given back when nothing agrees. ``pending``: the reference's validator when the caller made it (started or
+    not: a validator not started starts at the first comparison); without one, the reference run starts at once,
+    overlapping the rewrite (a small model), else at the first comparison. ``graph``: the rewritten model as the
     previous stage left it (typed; consumed), taken instead of importing the model again."""
     start = time.perf_counter()
-    original, options = source.model, fusions.options
+    source = working if working is not None else request.source
+    reference = request.source.model if source.model is not request.source.model else None
+    original, options, validation = source.model, fusions.options, request.options
     check_target(fusions.target)
     check_device(fusions.device)
     registry, selected = _select(options.registry, fusions.patterns, options.pattern_files)
@@ -243,7 +243,7 @@ def rewrite(source: Source, fusions: Fusions, validation: dict[str, Any] | None,
     validate = validation is not None
     if pending is None and validate:
         pending = reference_validator(source if reference is None else source.derived(reference), validation)
-        if source.overlaps_reference():
+        if overlaps_reference(source):
             pending.start()
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):

@@ -27,11 +27,11 @@ import numpy as np
 import onnx
 
 from gsrewrite.errors import InputDataError, UsageError, ValidationError
+from gsrewrite.model_io.source import Source
 from gsrewrite.validation.phases import Phase
 from gsrewrite.validation.runner import (
     ORT_LEVELS,
     BenchSettings,
-    ModelSource,
     Session,
     create_session,
     resolve_model,
@@ -103,7 +103,7 @@ def bench_inputs(model: onnx.ModelProto, given: str | os.PathLike[str] | Mapping
     return generate_inputs(plan_inputs(model, specs, size.shapes, positions_start=size.positions_start), seed)
 
 
-def session(model: onnx.ModelProto | str | ModelSource, threads: int, ort_level: str,
+def session(model: onnx.ModelProto | str | Source, threads: int, ort_level: str,
             optimized_path: str | None = None) -> Session:
     """The onnxruntime session of a benchmarked model (validation's runner, :class:`BenchSettings`); close it."""
     return create_session(resolve_model(model, "benchmarked"), bench=BenchSettings(ort_level, threads,
@@ -146,11 +146,11 @@ def _bench(models: Sequence[tuple[str, onnx.ModelProto | str]], inputs: Sequence
     for label, model in models:
         source = resolve_model(model, "benchmarked")
         source.label = f"'{label}'"
-        reason = why_unrunnable(source.proto)
+        reason = why_unrunnable(source.model)
         if reason is not None:
             raise ValidationError(f"onnxruntime will not run {label}: {reason}")
         sources.append(source)
-    given = [dict(feed) for feed in inputs] if inputs is not None else [bench_inputs(sources[0].proto)]
+    given = [dict(feed) for feed in inputs] if inputs is not None else [bench_inputs(sources[0].model)]
     results = []
     with contextlib.ExitStack() as stack:
         sessions = []

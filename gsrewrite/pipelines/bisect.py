@@ -77,8 +77,8 @@ class Checker:
 
     @classmethod
     def of(cls, original: Any, options: dict[str, Any]) -> Checker:
-        """A checker for ``original`` (a ModelProto or a ModelSource) with :func:`gsrewrite.validate`'s
-        ``options``, not started yet."""
+        """A checker for ``original`` (a ModelProto or a model handle, :class:`~gsrewrite.model_io.source.Source`)
+        with :func:`gsrewrite.validate`'s ``options``, not started yet."""
         from gsrewrite.validation.background import LazyValidator
 
         return cls(LazyValidator(original, **options))
@@ -116,15 +116,16 @@ class Checker:
     def __call__(self, candidate: onnx.ModelProto) -> Any:
         """The verdict on ``candidate``: a ValidationReport, or :class:`Rejected` when onnxruntime cannot load
         or run it."""
+        from gsrewrite.model_io.source import Source
         from gsrewrite.model_io.weights import has_references
-        from gsrewrite.validation.runner import ModelSource, serialized_source
+        from gsrewrite.validation.runner import serialized_source
 
         # the bytes a save needs, encoded while the reference run may still be going; onnxruntime itself gets the
         # candidate without its weights serialized (validation.in_memory). Encoding them on a worker thread
         # beside the comparison measured no faster. A candidate whose weights stay in their files is saved by
         # copying them from there, never as these bytes: onnxruntime gets its graph and the payloads a rewrite
         # made, without a serialized copy of those
-        source = ModelSource("candidate", candidate) if has_references(candidate) \
+        source = Source(candidate, role="candidate") if has_references(candidate) \
             else serialized_source(candidate, "candidate")
         self._last = (candidate, source.data)
         if source.data is not None:

@@ -43,22 +43,23 @@ from gsrewrite.errors import (
 )
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.saving import serialized_size
+from gsrewrite.model_io.source import Source
 from gsrewrite.model_io.tensors import initializer_bytes
-from gsrewrite.model_io.weights import has_references, inlined, materialized, weights_from
+from gsrewrite.model_io.weights import has_references, materialized
 from gsrewrite.pipelines.bisect import first_failing
 from gsrewrite.pipelines.compressed_graph import Census, census, same_weights
 from gsrewrite.pipelines.options import TOLERANCE_FIELDS
+from gsrewrite.pipelines.request import entered, handed_back
 from gsrewrite.protocols import CompressionStrategy, Tolerance
 from gsrewrite.registry import NamedRegistry
 from gsrewrite.reporting import Report, Table, size_text
-from gsrewrite.stages import release_memory, stage, weights
+from gsrewrite.stages import release_memory, stage
 from gsrewrite.validation.criteria import Criterion
 from gsrewrite.validation.report import LISTED_FAILURES, OutputComparison, describe_failures
 from gsrewrite.validation.run_limits import time_limited_runs
 
 if TYPE_CHECKING:
     from gsrewrite.pipelines.bench import Phase
-    from gsrewrite.pipelines.options import Source
     from gsrewrite.validation import Validator
 
 
@@ -224,7 +225,7 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     (``optimize --contract``): validation tries only the inputs they keep, as the fusions' did; None: those the
     model's ``metadata_props`` state (a model gsrewrite rewrote under them).
 
-    ``model`` may be a :class:`~gsrewrite.pipelines.options.Source` read with its weights left in their files
+    ``model`` may be a :class:`~gsrewrite.model_io.source.Source` read with its weights left in their files
     (``Source.mapped``): a strategy that reads weights one at a time (``reads_references = True``: int4, int8,
     dynamic-int8) never holds them all, onnxruntime maps them, and the result keeps references to the weights it
     did not change (``result.weights_dir``: save with it). Other strategies get the weights read in first.
@@ -234,21 +235,16 @@ def compress(model: onnx.ModelProto | str | Source, strategy: str, *, validate: 
     :class:`~gsrewrite.errors.SlowerModelError` when it was measured more than ``MAX_SLOWDOWN`` times slower than
     the input and ``allow_slower`` is false; each carries the ``CompressResult`` as ``result``.
     """
-    from gsrewrite.pipelines.options import Source
+    with entered(model) as request:
+        if contracts is None:  # a model gsrewrite rewrote under contracts states them
+            from gsrewrite.contracts import stated
 
-    source = Source.of(model)
-    if contracts is None:
-        from gsrewrite.contracts import stated
-
-        contracts = stated(source.model)
-    with weights_from(source.weights_dir), weights(weight_bytes(source.model)):
-        result = _compress(source, strategy, validate, inputs, input_shapes,
+            contracts = stated(request.source.model)
+        result = _compress(request.source, strategy, validate, inputs, input_shapes,
                            {"min_cosine": min_cosine, "max_abs": max_abs, "min_agreement": min_agreement,
                             "min_top1": min_top1}, bench_runs, bench_threads, allow_slower, reference, options,
                            tuple(contracts))
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
-    result.weights_dir = source.weights_dir if has_references(result.model) else None
-    return result
+        return handed_back(request, result, only_with_references=True)
 
 
 def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_shapes: Any,
@@ -267,7 +263,7 @@ def _compress(source: Source, strategy: str, validate: bool, inputs: Any, input_
     if validate:  # a model onnxruntime will not run cannot be compared (nor calibrated): say so before any work
         from gsrewrite.validation.runner import cannot_validate, why_unrunnable
 
-        reason = why_unrunnable(getattr(baseline, "proto", baseline))
+        reason = why_unrunnable(baseline.model if isinstance(baseline, Source) else baseline)
         if reason is not None:
             raise cannot_validate(reason)
     unknown = sorted(set(given) - set(getattr(chosen, "options", given)))
@@ -512,7 +508,7 @@ def _phases_of(baseline: Any, inputs: Any, input_shapes: Any) -> _Timed:
     from gsrewrite.pipelines.bench import Phase, bench_inputs
     from gsrewrite.validation import phases as decoder
 
-    proto = getattr(baseline, "proto", baseline)
+    proto = baseline.model if isinstance(baseline, Source) else baseline
     phases = decoder.decoder_phases(proto, input_shapes) if inputs is None else None
     if phases is None:
         phases = [Phase("run", bench_inputs(proto, inputs, input_shapes), 0, 0)]

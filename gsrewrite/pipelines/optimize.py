@@ -18,20 +18,13 @@ from typing import Any
 import onnx
 
 from gsrewrite.info import op_histogram
-from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.apply import Fusions, RewriteResult, reference_validator, rewrite, with_contracts
 from gsrewrite.pipelines.genai import GENAI_TARGET, check_genai_model, with_genai_contracts
 from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
-from gsrewrite.pipelines.options import (
-    CompressOptions,
-    ModelArg,
-    RewriteOptions,
-    Source,
-    ValidateArg,
-    validation_kwargs,
-)
+from gsrewrite.pipelines.options import CompressOptions, ModelArg, RewriteOptions, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.request import entered, handed_back, overlapped
 from gsrewrite.pipelines.simplify import Settings, likely_to_change, run_passes
-from gsrewrite.stages import weights
+from gsrewrite.request import Request
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +58,8 @@ def optimize(
     genai = target == GENAI_TARGET
     if genai:  # fusions for onnxruntime, under the contracts the genai loop lives with
         target, rewrite = "ort", with_genai_contracts(rewrite or RewriteOptions())
-    validation = validation_kwargs(validate)
+    fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
+    validation = with_contracts(validation_kwargs(validate), fusions.options)
     compression = CompressOptions.of(compress)
     if compression is not None:
         from gsrewrite.pipelines.compress import strategies, tolerance_of
@@ -73,53 +67,46 @@ def optimize(
 
         # an unknown name, a tolerance given twice or out of its range: refused before any work
         Criterion.of(tolerance_of(strategies().get(compression.strategy), **compression.tolerance())).check()
-    source = Source.of(model)
-    if genai:
-        check_genai_model(source.model)  # a model the genai loop cannot run: refused before any work
-    else:
-        check_decoder(source.model, rewrite.contracts if rewrite is not None else ())
-    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
-        result = _optimized(source, patterns, target, device, simplify, validation, tune, compression, rewrite)
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
+    with entered(model, validation) as request:
+        if genai:
+            check_genai_model(request.source.model)  # a model the genai loop cannot run: refused before any work
+        else:
+            check_decoder(request.source.model, fusions.options.contracts)
+        result = handed_back(request, _optimized(request, fusions, simplify, tune, compression))
     result.seconds = time.perf_counter() - start
-    result.weights_dir = source.weights_dir
     return result
 
 
-def _optimized(source: Source, patterns: Sequence[str], target: str, device: str, simplify: bool,
-               validation: dict[str, Any] | None, tune: bool, compression: CompressOptions | None,
-               rewrite: RewriteOptions | None) -> RewriteResult:
-    fusions = Fusions(tuple(patterns), target, device, rewrite or RewriteOptions())
-    validation = with_contracts(validation, fusions.options)
-    result = _fused(source, fusions, simplify, validation)
-    if tune:
-        _tune(result, source.model, fusions.patterns,
-              lambda names: _fused(source.derived(source.model), _only(fusions, names), simplify, None), validation)
+def _optimized(request: Request, fusions: Fusions, simplify: bool, tune: bool, compression: CompressOptions | None
+               ) -> RewriteResult:
+    original, validation = request.source.model, request.options
+    result = _fused(request, fusions, simplify)
+    if tune:  # each variant built from the input again, not validated (the one kept is, below)
+        variant = dataclasses.replace(request, source=request.source.derived(original), options=None)
+        _tune(result, original, fusions.patterns, lambda names: _fused(variant, _only(fusions, names), simplify),
+              validation)
     if compression is not None:
-        _compress(result, source.model, compression, validation)
+        _compress(result, original, compression, validation)
     if wanted(fusions.options.contracts):
-        apply_kv_contracts(result, source.model, fusions.options.contracts, fusions.options.max_length, validation)
-        _done(result, source.model)
+        apply_kv_contracts(result, original, fusions.options.contracts, fusions.options.max_length, validation)
+        _done(result, original)
     return result
 
 
-def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[str, Any] | None) -> RewriteResult:
-    """The cleanup passes, then the fusions, validated against ``source``."""
+def _fused(request: Request, fusions: Fusions, simplify: bool) -> RewriteResult:
+    """The cleanup passes, then the fusions, validated (``request.options``) against the request's model."""
+    source, validation = request.source, request.options
     original = source.model
     # the reference run starts before the cleanup when the model has the usual cleanup work, else as soon as a
     # cleanup pass changes something; when nothing changes, validation waits for a fusion to change something:
     # a model that nothing applies to comes back as it was, without an onnxruntime session
     pending = reference_validator(source, validation) if validation is not None else None
-    overlapping = pending if pending is not None and source.overlaps_reference() else None
-    if overlapping is not None and simplify and likely_to_change(original):
-        overlapping.start()  # at once: overlaps all of the cleanup
+    request = overlapped(request, pending, simplify and likely_to_change(original))
     try:
-        working, passes, graph, records = _simplified(original, overlapping.start if overlapping is not None
-                                                      else None) if simplify else (original, {}, None, [])
+        working, passes, graph, records = _simplified(request) if simplify else (original, {}, None, [])
         # the cleanup's graph goes to the fusion pass as it is (no import of ``working`` again); ``working`` is
         # what bisection rebuilds from and what comes back when no fusion applies
-        result = rewrite(source.derived(working), fusions, validation,
-                         reference=original if working is not original else None, pending=pending, graph=graph)
+        result = rewrite(request, fusions, working=source.derived(working), pending=pending, graph=graph)
     except BaseException:  # the reference run must not outlive a failed call either
         if pending is not None:
             pending.join()
@@ -129,15 +116,15 @@ def _fused(source: Source, fusions: Fusions, simplify: bool, validation: dict[st
     return result
 
 
-def _simplified(model: onnx.ModelProto, on_change: Callable[[], None] | None
-                ) -> tuple[onnx.ModelProto, dict[str, int], Any, list[Any]]:
-    """The simplified model (``model`` itself when no pass changed anything), the changes per pass, the
+def _simplified(request: Request) -> tuple[onnx.ModelProto, dict[str, int], Any, list[Any]]:
+    """The request's model simplified (the model itself when no pass changed anything), the changes per pass, the
     simplified graph (None with the model itself) and the pattern passes' match records; not validated here
     (optimize validates its end result)."""
     from gsrewrite.validation.runner import unvalidated_inner_step
 
+    model = request.source.model
     with unvalidated_inner_step():
-        result = run_passes(model, Settings(), on_change=on_change)
+        result = run_passes(model, Settings(), request)
     return (result.model, dict(result.counts), result.graph, result.records) if result.changed \
         else (model, {}, None, [])
 

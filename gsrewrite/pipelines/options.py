@@ -1,5 +1,5 @@
-"""What ``apply``, ``optimize`` and ``simplify`` take: the model (``ModelArg``, read into a :class:`Source`) and the
-settings that travel together, as dataclasses.
+"""What ``apply``, ``optimize`` and ``simplify`` take: the model (``ModelArg``, read into the model handle,
+:class:`~gsrewrite.model_io.source.Source`) and the settings that travel together, as dataclasses.
 
 ``ValidationOptions``: how a result is compared with the original; ``RewriteOptions``: the pattern rewrite's
 settings besides target, device and patterns (``apply``'s keywords of the same names, grouped for ``optimize``);
@@ -12,97 +12,15 @@ import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import onnx
-
 from gsrewrite.errors import UsageError
+from gsrewrite.model_io.source import ModelArg as ModelArg  # the entries' model argument, in its handle
+from gsrewrite.model_io.source import Source as Source
 
 if TYPE_CHECKING:
     from gsrewrite.patterns.registry import PatternRegistry
     from gsrewrite.shapes.input_shapes import ShapeSpec
-
-
-#: weights up to which the reference run overlaps the cleanup and the rewrite: it made small models 3-10% faster
-#: (benchmarks/results/performance_notes_history.md); at BERT-base width it saved no wall time (A/B 0.95, 9 pairs)
-#: but its mapped weights beside the rewrite's working set raised optimize's median peak 360 -> 404 MiB
-#: (benchmarks/results/pipeline_memory.md)
-OVERLAP_MAX_WEIGHT_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class Source:
-    """A model and the file it was read from, unchanged, if any. ``weights_dir``: the folder the model's
-    references are relative to, when it was read weightless (:meth:`mapped`): its weights stay in their files."""
-
-    model: onnx.ModelProto
-    path: str | os.PathLike | None = None
-    weights_dir: str | None = None
-
-    @classmethod
-    def of(cls, model: ModelArg) -> Source:
-        if isinstance(model, Source):
-            return model
-        if isinstance(model, onnx.ModelProto):
-            return cls(model)
-        from gsrewrite.model_io import load_model
-
-        return cls(load_model(model), model)
-
-    @classmethod
-    def mapped(cls, path: str | os.PathLike) -> Source:
-        """The model at ``path`` read without its weights: every payload larger than a few kilobytes stays in the
-        model's file (or its external data file) and the graph refers to it; passes read a weight when they need
-        its values, onnxruntime maps the files, the save copies each payload from its file. A result's model
-        keeps such references: save it with :func:`gsrewrite.save_model` and ``weights_dir=`` its result's."""
-        from gsrewrite.model_io.graph_walk import tensor_protos
-        from gsrewrite.model_io.weightless import load_weightless
-        from gsrewrite.model_io.weights import is_reference
-        from gsrewrite.stages import stage
-
-        with stage("loading"):
-            model = load_weightless(path)
-        main = sum(1 for t in model.graph.initializer if is_reference(t))
-        if main != sum(1 for t in tensor_protos(model) if is_reference(t)):
-            return cls.of(path)  # external data outside the main graph's initializers: read whole, as before
-        return cls(model, path, os.path.dirname(os.path.abspath(os.fspath(path))) if main else None)
-
-    def weight_bytes(self) -> int:
-        """The declared bytes of the model's initializers (the unit of the ``-v`` stage lines' memory ratio)."""
-        from gsrewrite.model_io.tensors import initializer_bytes
-
-        return initializer_bytes(self.model)
-
-    def overlaps_reference(self) -> bool:
-        """Whether the reference run may work beside the cleanup and the rewrite (a worker thread): for models of
-        at most :data:`OVERLAP_MAX_WEIGHT_BYTES`; a larger one's reference session (its weights mapped) then never
-        coexists with the rewrite's working set, and starts at the first comparison."""
-        return self.weight_bytes() <= OVERLAP_MAX_WEIGHT_BYTES
-
-    def derived(self, model: onnx.ModelProto) -> Source:
-        """A source for ``model`` made from this one (no file of its own; its references read from the same
-        folder)."""
-        return Source(model, None, self.weights_dir)
-
-    def reference(self) -> Any:
-        """What validation compares with: the file itself when there is one (onnxruntime reads it: no
-        re-serialized copy), else the model."""
-        if self.weights_dir is not None:  # read weightless: onnxruntime maps the weights from the file too
-            return self._validation_source(None)
-        if self.path is None:
-            return self.model
-        return self._validation_source(Path(self.path))
-
-    def _validation_source(self, path: Path | None) -> Any:
-        from gsrewrite.validation.runner import ModelSource
-
-        return ModelSource("original", self.model, path, weights_dir=self.weights_dir)
-
-
-#: A model argument: a ModelProto, the path of a model file (read with :func:`gsrewrite.load_model`), or a
-#: :class:`Source` (e.g. :meth:`Source.mapped`: read without its weights).
-ModelArg = onnx.ModelProto | str | os.PathLike | Source
 
 
 @dataclass(frozen=True)

@@ -20,17 +20,18 @@ from gsrewrite.errors import UsageError
 from gsrewrite.graph.conversion import import_graph
 from gsrewrite.graph.core import is_sorted, to_model, toposort
 from gsrewrite.graph.fold import DEFAULT_MAX_BYTES
-from gsrewrite.model_io.weights import inlined, weights_from
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
-from gsrewrite.pipelines.options import ModelArg, Source, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.options import ModelArg, ValidateArg, validation_kwargs
+from gsrewrite.pipelines.request import entered, handed_back, overlapped
 from gsrewrite.protocols import GraphPass
+from gsrewrite.request import Request, current
 from gsrewrite.simplifier.driver import CONSTANT_NODES, MAX_ROUNDS, run_to_fixed_point
 from gsrewrite.simplifier.interface import ShapeSpec, restore_interface, with_input_shapes
 from gsrewrite.simplifier.passes.base import SimplifyOptions
 from gsrewrite.simplifier.passes.fold_constants import skipped_folds
 from gsrewrite.simplifier.registry import PassRegistry, default_pass_registry
 from gsrewrite.simplifier.result import SimplifyResult
-from gsrewrite.stages import stage, weights
+from gsrewrite.stages import stage
 
 log = logging.getLogger(__name__)
 
@@ -77,26 +78,22 @@ def simplify(
     settings = Settings(only, tuple(skip or ()), input_shapes, downcast, keep_metadata, registry,
                         limits or SimplifyLimits())
     passes = _passes(settings)  # a bad name fails before any work
-    source = Source.of(model)
-    with weights_from(source.weights_dir), weights(source.weight_bytes()):  # weights stay in their files
-        result = _simplify(source, settings, passes, validation_kwargs(validate), input_shapes)
+    with entered(model, validation_kwargs(validate)) as request:
+        result = _simplify(request, settings, passes)
         result.graph = None  # the handover to a next stage is optimize's; a caller gets the model
-        inlined(result.model)  # the payloads it made, out of the scratch file that ends with the request
+        handed_back(request, result)
     result.seconds = time.perf_counter() - start
-    result.weights_dir = source.weights_dir
     return result
 
 
-def _simplify(source: Source, settings: Settings, passes: Any, validation: dict[str, Any] | None,
-              input_shapes: Any) -> SimplifyResult:
+def _simplify(request: Request, settings: Settings, passes: Any) -> SimplifyResult:
+    source, validation = request.source, request.options
     original = source.model
-    checker = Checker.of(source.reference(), _validation_options(validation, input_shapes)) \
+    checker = Checker.of(source.reference(), _validation_options(validation, settings.input_shapes)) \
         if validation is not None else None
-    overlapping = checker if checker is not None and source.overlaps_reference() else None
-    if overlapping is not None and likely_to_change(original):
-        overlapping.start()  # at once: the reference run overlaps all of the passes
+    request = overlapped(request, checker, likely_to_change(original))
     try:
-        result, run = _simplified(original, settings, passes, overlapping.start if overlapping is not None else None)
+        result, run = _simplified(original, settings, passes, request)
     except BaseException:  # the reference run must not outlive a failed call
         if checker is not None:
             checker.close()
@@ -126,11 +123,11 @@ class Settings:
     limits: SimplifyLimits = field(default_factory=SimplifyLimits)
 
 
-def run_passes(model: onnx.ModelProto, settings: Settings,
-               on_change: Callable[[], None] | None = None) -> SimplifyResult:
-    """The passes on ``model``, not validated (``optimize`` validates its end result); ``on_change`` is called
-    whenever a pass changed something (``optimize`` starts its reference run at the first call)."""
-    return _simplified(model, settings, _passes(settings), on_change)[0]
+def run_passes(model: onnx.ModelProto, settings: Settings, request: Request | None = None) -> SimplifyResult:
+    """The passes on ``model``, not validated (``optimize`` validates its end result); the ``request``'s
+    ``on_change`` is called whenever a pass changed something (``optimize`` starts its reference run at the first
+    call)."""
+    return _simplified(model, settings, _passes(settings), request or current())[0]
 
 
 def _passes(settings: Settings) -> list[GraphPass]:
@@ -141,9 +138,10 @@ def _passes(settings: Settings) -> list[GraphPass]:
 
 
 def _simplified(original: onnx.ModelProto, settings: Settings, passes: list[GraphPass],
-                on_change: Callable[[], None] | None) -> tuple[SimplifyResult, _Run]:
+                request: Request) -> tuple[SimplifyResult, _Run]:
     """``passes`` to a fixed point: the result (not validated) and the run (for bisection)."""
-    run = _Run(original, settings.input_shapes, settings.limits.max_rounds, settings.keep_metadata, on_change)
+    run = _Run(original, settings.input_shapes, settings.limits.max_rounds, settings.keep_metadata,
+               request.on_change)
     with stage("simplifying"):
         out, counts, rounds = run(passes)
     changed = bool(counts) or bool(settings.input_shapes)
@@ -182,7 +180,7 @@ class _Run:
 
     def _simplified(self, passes: Sequence[GraphPass]) -> tuple[onnx.ModelProto, dict[str, int], int]:
         working = with_input_shapes(self.original, self.input_shapes)
-        graph, constant_nodes = import_graph(working, self.on_change)
+        graph, constant_nodes = import_graph(working)
         self.records = []
         graph, counts, rounds = run_to_fixed_point(graph, passes, self.max_rounds, self.on_change, self.records)
         if constant_nodes:

@@ -18,7 +18,6 @@ import logging
 import math
 import re
 from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import onnx
@@ -26,6 +25,7 @@ from onnx import helper
 
 from gsrewrite.errors import InputDataError
 from gsrewrite.model_io.external_data import available_memory
+from gsrewrite.request import bound, current
 from gsrewrite.shapes.inference import infer_shapes
 
 log = logging.getLogger(__name__)
@@ -75,24 +75,18 @@ def default_budget() -> int:
     return max(_half_available(), MIN_DEFAULT_BUDGET)
 
 
-_BOUND: ContextVar[int | None] = ContextVar("gsrewrite_memory_budget", default=None)
-
-
 def budget_in_force() -> int:
     """The memory budget of the validation running in this context (:func:`memory_budget`: ``--max-memory``),
     else :func:`default_budget`: what generated values that size a tensor must stay within."""
-    bound = _BOUND.get()
-    return default_budget() if bound is None else bound
+    budget = current().memory_budget
+    return default_budget() if budget is None else budget
 
 
 @contextlib.contextmanager
 def memory_budget(budget: int) -> Iterator[None]:
-    """Within: :func:`budget_in_force` is ``budget``."""
-    token = _BOUND.set(budget)
-    try:
+    """Within: :func:`budget_in_force` is ``budget`` (the request's ``memory_budget``)."""
+    with bound(memory_budget=budget):
         yield
-    finally:
-        _BOUND.reset(token)
 
 
 def _half_available() -> int:

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from gsrewrite.errors import ValidationError
+from gsrewrite.model_io.source import Source
 from gsrewrite.validation.metrics import compare_output
 from gsrewrite.validation.report import OutputComparison
-from gsrewrite.validation.runner import ModelSource, open_session
+from gsrewrite.validation.runner import open_session
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Noise:
         return out
 
 
-def measure_noise(original: ModelSource, runs: Sequence[tuple[str, int, Callable[[], Mapping[str, np.ndarray]]]],
+def measure_noise(original: Source, runs: Sequence[tuple[str, int, Callable[[], Mapping[str, np.ndarray]]]],
                   expected: Sequence[Mapping[str, Any]], providers: Sequence[str] | None = None) -> Noise | None:
     """Run ``original`` with onnxruntime's optimizations on each feed of ``runs`` (size set, run, feed maker) and
     measure how far its outputs move from ``expected`` (the unoptimized reference outputs, in the same order).

@@ -13,7 +13,6 @@ protobuf's 2 GB limit even so, it is written to a temporary folder with its tens
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import os
 import tempfile
@@ -31,7 +30,9 @@ from gsrewrite.errors import CannotValidateError, ValidationError
 from gsrewrite.model_io.disk_space import writing
 from gsrewrite.model_io.functions import expansion_problem
 from gsrewrite.model_io.graph_walk import iter_graphs
+from gsrewrite.model_io.source import Source
 from gsrewrite.model_io.weights import has_references
+from gsrewrite.request import bound, current
 from gsrewrite.validation.in_memory import InMemoryModel, in_memory_model
 from gsrewrite.validation.large_models import MAX_PROTOBUF_BYTES, estimated_bytes, write_with_external_data
 from gsrewrite.validation.loop_trips import endless_loop
@@ -42,54 +43,27 @@ log = logging.getLogger(__name__)
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 
 
-@dataclass
-class ModelSource:
-    """A model to run: its proto (for the signature) and, when it came from a file, its path."""
-
-    role: str
-    proto: onnx.ModelProto
-    path: Path | None = None
-    load_seconds: float = 0.0
-    data: bytes | None = field(default=None, repr=False)  # the proto already serialized, when it was
-    label: str | None = None  # how messages name the model (default: "the <role> model")
-    #: the folder the proto's external-data references are relative to (a model loaded weightless: its weights
-    #: stay in their files, and onnxruntime maps them from there instead of copying them from serialized bytes)
-    weights_dir: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.weights_dir is None and self.path is None:
-            from gsrewrite.model_io.weights import has_references, weights_dir
-
-            folder = weights_dir()  # the request's model folder, when one is bound (a model read weightless)
-            if folder is not None and has_references(self.proto):
-                self.weights_dir = folder
-
-    @property
-    def what(self) -> str:
-        """The model as messages name it."""
-        return self.label or f"the {self.role} model"
+#: What the validation functions take for a model: a proto, a path, or a prepared model handle (:class:`Source`).
+ModelArg = onnx.ModelProto | str | os.PathLike | Source
 
 
-#: What the validation functions take for a model: a proto, a path, or a prepared :class:`ModelSource`.
-ModelArg = onnx.ModelProto | str | os.PathLike | ModelSource
-
-
-def resolve_model(model: ModelArg, role: str) -> ModelSource:
-    """A :class:`ModelSource` from a ModelProto or a path (checked by ``gsrewrite.model_io.load_model``).
+def resolve_model(model: ModelArg, role: str) -> Source:
+    """A model handle (:class:`~gsrewrite.model_io.source.Source`) from a ModelProto or a path (checked by
+    ``gsrewrite.model_io.load_model``).
 
     For a path only the graph is read here (external data is validated, not loaded); onnxruntime loads the
     model from the path.
     """
-    if isinstance(model, ModelSource):
+    if isinstance(model, Source):
         return model
     if isinstance(model, onnx.ModelProto):
-        return ModelSource(role, model)
+        return Source(model, role=role)
     if isinstance(model, (str, os.PathLike)):
         from gsrewrite.model_io import load_model
 
         start = time.perf_counter()
         proto = load_model(model, load_external_data=False)  # checked; onnxruntime reads the data itself
-        return ModelSource(role, proto, Path(model), time.perf_counter() - start)
+        return Source(proto, Path(model), role=role, load_seconds=time.perf_counter() - start)
     raise TypeError(f"the {role} model must be an onnx.ModelProto or a path, not {type(model).__name__}")
 
 
@@ -150,7 +124,7 @@ class Session:
 
 
 @contextlib.contextmanager
-def open_session(source: ModelSource, providers: Sequence[str] | None = None,
+def open_session(source: Source, providers: Sequence[str] | None = None,
                  reuse_memory: bool = True, *, bench: BenchSettings | None = None,
                  optimized: bool = False) -> Iterator[Session]:
     """:func:`create_session` for the block; the session is closed (temporary files removed) when it ends."""
@@ -161,7 +135,7 @@ def open_session(source: ModelSource, providers: Sequence[str] | None = None,
         session.close()
 
 
-def create_session(source: ModelSource, providers: Sequence[str] | None = None, reuse_memory: bool = True, *,
+def create_session(source: Source, providers: Sequence[str] | None = None, reuse_memory: bool = True, *,
                    bench: BenchSettings | None = None, optimized: bool = False) -> Session:
     """The onnxruntime session for ``source``: validation's settings (below), or with ``bench`` those of a
     user's program. :meth:`Session.close` it (or use :func:`open_session`).
@@ -182,12 +156,12 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
     """
     import onnxruntime as ort
 
-    problem = expansion_problem(source.proto)
+    problem = expansion_problem(source.model)
     if problem is not None:
         if source.role == "original":
             raise cannot_validate(f"the model cannot be run: {problem}")
         raise ValidationError(f"onnxruntime cannot load {source.what}: {problem}")
-    endless = endless_loop(source.proto, run_time_limit())
+    endless = endless_loop(source.model, run_time_limit())
     if endless is not None:  # refused now rather than stopped at the limit
         raise RunTimeLimitError(f"{source.what} cannot finish a run: {endless} ({RUN_TIMEOUT_ENV}=SECONDS sets "
                                 "the limit)")
@@ -202,7 +176,7 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
         # program loads it (split only over protobuf's 2 GB), except a model whose weights stay in their files:
         # onnxruntime maps those as it would a user's external data, and the payloads a strategy made reach it
         # without a serialized copy beside the model's (dynamic-int8 BERT-base: 4 copies of the int8 weights)
-        split_first = bench is None or has_references(source.proto)
+        split_first = bench is None or has_references(source.model)
         model_arg, weights = model_argument(source, keep, in_memory_first=split_first)
         if weights is not None:
             weights.add_to(options)  # used in place: ``weights`` lives as long as the session
@@ -225,7 +199,7 @@ def create_session(source: ModelSource, providers: Sequence[str] | None = None, 
                    input_names=[i.name for i in session.get_inputs()], _keep=keep)
 
 
-def _validation_options(source: ModelSource, reuse_memory: bool) -> Any:
+def _validation_options(source: Source, reuse_memory: bool) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -244,7 +218,7 @@ def _validation_options(source: ModelSource, reuse_memory: bool) -> Any:
     # creation costs more than packing on the fly in those runs; but MatMulNBits without its packed weights takes
     # a slow path (an int4 GPT-2 base: 3 runs 0.45 -> 0.20 s with prepacking, session creation the same), so a
     # model with 4-bit weights keeps onnxruntime's default
-    if not _has_nbits(source.proto):
+    if not _has_nbits(source.model):
         options.add_session_config_entry("session.disable_prepacking", "1")
     return options
 
@@ -271,9 +245,9 @@ def cannot_validate(reason: str) -> CannotValidateError:
     return CannotValidateError(f"cannot validate: {reason}; --no-validate rewrites without checking")
 
 
-def check_outputs(source: ModelSource) -> None:
+def check_outputs(source: Source) -> None:
     """Raise :class:`CannotValidateError` when the model has no outputs (there would be nothing to compare)."""
-    if not source.proto.graph.output:
+    if not source.model.graph.output:
         raise cannot_validate(f"the {source.role} model has no outputs")
 
 
@@ -290,18 +264,14 @@ def check_runnable(model: ModelArg, providers: Sequence[str] | None = None) -> N
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.training",
                            "ai.onnx.preview.training", "com.ms.internal.nhwc"})
 _warned: set[tuple[str, str]] = set()
-_inner_step: contextvars.ContextVar[bool] = contextvars.ContextVar("gsrewrite_unvalidated_inner", default=False)
 
 
 @contextlib.contextmanager
 def unvalidated_inner_step() -> Iterator[None]:
     """Within: :func:`warn_unvalidated` stays quiet (an unvalidated step of a command that validates at its end,
     as ``optimize``'s cleanup)."""
-    token = _inner_step.set(True)
-    try:
+    with bound(inner_step=True):
         yield
-    finally:
-        _inner_step.reset(token)
 
 
 def why_unrunnable(model: onnx.ModelProto) -> str | None:
@@ -325,7 +295,7 @@ def why_unrunnable(model: onnx.ModelProto) -> str | None:
 def warn_unvalidated(model: onnx.ModelProto) -> None:
     """For a rewrite without validation: log a warning (once per model name and reason) when onnxruntime
     would not run the model (see :func:`why_unrunnable`)."""
-    if _inner_step.get():
+    if current().inner_step:
         return
     reason = why_unrunnable(model)
     if reason is not None and (model.graph.name, reason) not in _warned:
@@ -333,7 +303,7 @@ def warn_unvalidated(model: onnx.ModelProto) -> None:
         log.warning("not validated, and onnxruntime could not have validated it: %s", reason)
 
 
-def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memory_first: bool = True
+def model_argument(source: Source, stack: contextlib.ExitStack, *, in_memory_first: bool = True
                    ) -> tuple[str | bytes, InMemoryModel | None]:
     """The path or bytes onnxruntime loads, and the weights it gets as arrays (an in-memory model's large ones):
     the one place that decides how a model reaches onnxruntime. Validation splits the weights out first (faster
@@ -342,26 +312,26 @@ def model_argument(source: ModelSource, stack: contextlib.ExitStack, *, in_memor
     with external data, which lives as long as ``stack``."""
     if source.path is not None:
         return str(source.path), None
-    split = in_memory_model(source.proto, source.data) if in_memory_first else None
+    split = in_memory_model(source.model, source.data) if in_memory_first else None
     if split is not None:
         return split.data, split
     if source.data is not None:
         return source.data, None
-    serialized = serialize(source.proto)
+    serialized = serialize(source.model)
     if serialized is not None:
         return serialized, None
-    split = None if in_memory_first else in_memory_model(source.proto)
+    split = None if in_memory_first else in_memory_model(source.model)
     if split is not None:
         return split.data, split
     with writing(f"the {source.role} model with its external data for onnxruntime"):
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gsrewrite-validate-")))
         log.info("the %s model is larger than 2 GB; passing it to onnxruntime through %s", source.role, folder)
-        return str(write_with_external_data(source.proto, folder)), None
+        return str(write_with_external_data(source.model, folder)), None
 
 
-def serialized_source(model: onnx.ModelProto, role: str) -> ModelSource:
+def serialized_source(model: onnx.ModelProto, role: str) -> Source:
     """A source for ``model`` serialized now (in the calling thread), or as-is when it is over 2 GB."""
-    return ModelSource(role, model, data=serialize(model))
+    return Source(model, role=role, data=serialize(model))
 
 
 def serialize(model: onnx.ModelProto) -> bytes | None:
@@ -402,4 +372,4 @@ def model_session(model: onnx.ModelProto | bytes, what: str) -> Session:
     :class:`ValidationError`; :meth:`Session.close` it when done."""
     proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(model)
     data = model if isinstance(model, bytes) else None
-    return create_session(ModelSource("computed", proto, data=data, label=what), reuse_memory=False)
+    return create_session(Source(proto, role="computed", data=data, label=what), reuse_memory=False)

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from gsrewrite.errors import CannotValidateError, InputDataError, UsageError, ValidationError
+from gsrewrite.model_io.source import Source
 from gsrewrite.validation.candidate_inputs import CandidateInputs
 from gsrewrite.validation.class_scores import ClassAxis, class_axes
 from gsrewrite.validation.control import control_inputs
@@ -33,7 +34,7 @@ from gsrewrite.validation.prefill import (
     queries_visible,
 )
 from gsrewrite.validation.report import OutputComparison, ValidationReport, grouped_shapes, merge_runs
-from gsrewrite.validation.runner import ModelArg, ModelSource, Session, check_outputs, open_session, resolve_model
+from gsrewrite.validation.runner import ModelArg, Session, check_outputs, open_session, resolve_model
 from gsrewrite.validation.shapes import GROWN_DEFAULTS, ShapeSpec
 from gsrewrite.validation.signature import check_same_inputs, model_inputs
 from gsrewrite.validation.sizes import (
@@ -119,7 +120,7 @@ def _stated_contracts(candidate: ModelArg) -> tuple[str, ...]:
         except Exception:  # the validator's own loading says what is wrong with the file
             return ()
     else:
-        held = getattr(candidate, "proto", getattr(candidate, "model", None))
+        held = getattr(candidate, "model", None)  # a Source
         if not isinstance(held, onnx.ModelProto):
             return ()
         proto = held
@@ -166,8 +167,8 @@ class Validator:
         self.budget = default_budget() if max_memory is None else parse_size(max_memory)
         self.original = resolve_model(original, "original")
         check_outputs(self.original)
-        self.specs = model_inputs(self.original.proto)
-        self.class_axes = class_axes(self.original.proto)
+        self.specs = model_inputs(self.original.model)
+        self.class_axes = class_axes(self.original.model)
         given = prepare_inputs(inputs, self.specs, self.budget) if inputs is not None else None
         self.kept = KeptOutputs()  # large outputs wait in a scratch file, not in memory
         with open_session(self.original, providers) as session, memory_budget(self.budget):
@@ -188,12 +189,12 @@ class Validator:
             # embeddings): shorter pasts are tried before the set is left out
             for size in [planned, *shorter_pasts(self._dims, planned, sizes[0])]:
                 try:
-                    input_set = build_set(self.original.proto, self.specs, size, index, self.seed, given,
+                    input_set = build_set(self.original.model, self.specs, size, index, self.seed, given,
                                           like=sets[-1])
                     input_set.mask_offset = offset
                     self._prefill(session, input_set)
                     outputs.append([self.kept.keep(_run(session, input_set.feed(run), input_set.described,
-                                                        self.original.proto)) for run in range(self.runs)])
+                                                        self.original.model)) for run in range(self.runs)])
                 except (InputDataError, ValidationError) as exc:
                     log.info("validation skips the %s input set: %s", size.describe(), str(exc).splitlines()[0])
                     continue
@@ -210,7 +211,7 @@ class Validator:
         where the original still rejects them, the relations the graph only suggests, dims grown larger
         (GROWN_DEFAULTS: a convolution wider than 16 samples) and the other values an input is compared with are
         tried in turn, and when none runs the error says what was tried."""
-        proto = self.original.proto
+        proto = self.original.model
         dims = self._dims = input_dims(proto, input_shapes, self.specs)
         if given is not None:
             sample = {name: tuple(array.shape) for name, array in given.items()}
@@ -277,7 +278,7 @@ class Validator:
             for run in range(self.runs):
                 feed = prefilled_feed(plan, dims, input_set.plans, input_set.size.bindings, input_set.feed(run),
                                       input_set.seeds(run), input_set.mask_offset + run * input_set.mask_rows,
-                                      lambda prefill: _run(session, prefill, input_set.described, self.original.proto),
+                                      lambda prefill: _run(session, prefill, input_set.described, self.original.model),
                                       visible_new)
                 made[run] = self.kept.keep(feed)
         except CannotValidateError:
@@ -298,22 +299,22 @@ class Validator:
         if self._dims is None:
             return None
         if getattr(self, "_plan_for", None) is not self._dims:
-            self._plan, self._plan_for = prefill_plan(self.original.proto, self._dims), self._dims
+            self._plan, self._plan_for = prefill_plan(self.original.model, self._dims), self._dims
         return self._plan
 
     def _fit(self, sets: list[SizeSet]) -> list[SizeSet]:
         if not sets:
             raise InputDataError("no input sizes fit the dims the graph ties together")
-        return fit_budget(self.original.proto, self.specs, sets, self.budget)
+        return fit_budget(self.original.model, self.specs, sets, self.budget)
 
     def _sizes(self, sample: Shapes, input_shapes: ShapeSpec | None) -> list[SizeSet]:
-        return fit_budget(self.original.proto, self.specs, size_sets(self.specs, sample, input_shapes), self.budget)
+        return fit_budget(self.original.model, self.specs, size_sets(self.specs, sample, input_shapes), self.budget)
 
     def check(self, candidate: ModelArg) -> ValidationReport:
         """Run ``candidate`` on the same inputs and compare its outputs with the original's."""
         model = resolve_model(candidate, "candidate")
         adapted = self.candidate_inputs
-        check_same_inputs(self.specs if adapted is None else adapted.specs(self.specs), model_inputs(model.proto))
+        check_same_inputs(self.specs if adapted is None else adapted.specs(self.specs), model_inputs(model.model))
         per_run: list[OutputComparison] = []
         with open_session(model, self.providers) as session:
             for input_set, expected in zip(self.sets, self.outputs, strict=True):
@@ -434,7 +435,7 @@ def _fold_runs(per_run: list[OutputComparison], criterion: Criterion) -> list[Ou
     return [merge_runs(group, criterion) for group in by_name.values()]
 
 
-def _timings(model: ModelSource, session: Session) -> dict[str, float]:
+def _timings(model: Source, session: Session) -> dict[str, float]:
     return {"load": model.load_seconds, "session": session.create_seconds, "run": session.run_seconds}
 
 
