@@ -111,12 +111,13 @@ def _stated_contracts(candidate: ModelArg) -> tuple[str, ...]:
     tries only the inputs they keep. One whose inputs or outputs differ from the original's (a shared or int8 KV
     cache) cannot be compared here: :class:`~gsrewrite.errors.UsageError`."""
     from gsrewrite.contracts import LAYOUT_CONTRACTS, stated
+    from gsrewrite.model_io.weightless import load_weightless
 
     if isinstance(candidate, onnx.ModelProto):
         proto = candidate
     elif isinstance(candidate, (str, os.PathLike)):
         try:
-            proto = onnx.load(os.fspath(candidate), load_external_data=False)
+            proto = load_weightless(candidate)  # its metadata, not its weights
         except Exception:  # the validator's own loading says what is wrong with the file
             return ()
     else:
