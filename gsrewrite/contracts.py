@@ -24,8 +24,9 @@ CONTRACTS = {
                      "several sequences at once); a decode step of one token runs at any batch",
     "unpadded-prompts": "a prompt over an empty past at batch > 1 only when every row has the same position ids, "
                         "no padding (onnxruntime's GroupQueryAttention rotates a step over an empty past by the "
-                        "first row's positions: a padded batched prompt); decode steps, chunks and prompts at "
-                        "batch 1 keep any position ids",
+                        "first row's positions: a padded batched prompt); decode steps and chunks keep any "
+                        "position ids, and so do prompts at batch 1 unless the rotary tables are constants "
+                        "(shared-kv-buffer with a known length): then a prompt's positions run on from its first",
     "unpadded-queries": "every new token of a step visible: the attention mask is 1 at each new token's position "
                         "(a prompt, chunk or decode step with padding or holes among its new tokens is no longer "
                         "accepted, at any batch: a sliding window fused as GroupQueryAttention's local_window_size "

@@ -89,6 +89,10 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                 "rewrite": RewriteOptions(opset=opset, explain=explain or report is not None,
                                           contracts=check_contracts(contracts), max_length=max_length)}
     if target == "genai":
+        from gsrewrite.pipelines.genai import GenaiOptions, longest_sequence
+
+        settings["rewrite"] = dataclasses.replace(settings["rewrite"], positions=longest_sequence(
+            GenaiOptions(tokenizer, context_length, max_length)))
         _genai_jobs(jobs_, workers, settings, GenaiRequest(tokenizer, context_length, max_length, explain, report),
                     as_json, io)
         return

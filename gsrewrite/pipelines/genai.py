@@ -30,6 +30,7 @@ from gsrewrite.contracts import GENAI_CONTRACTS, check_contracts
 from gsrewrite.errors import OutputError, UsageError
 from gsrewrite.pipelines.decoder_signature import DecoderSignature, decoder_signature
 from gsrewrite.pipelines.options import RewriteOptions
+from gsrewrite.pipelines.rotary_tables import tables_of
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,22 @@ class GenaiOptions:
             raise UsageError(f"--max-length {self.max_length} is longer than --context-length {self.context_length}")
 
 
-def with_genai_contracts(options: RewriteOptions) -> RewriteOptions:
-    """``options`` with the contracts the genai loop lives with added to the user's."""
-    return dataclasses.replace(options, contracts=check_contracts([*GENAI_CONTRACTS, *options.contracts]))
+def with_genai_contracts(options: RewriteOptions, signature: DecoderSignature | None = None) -> RewriteOptions:
+    """``options`` with the contracts the genai loop lives with added to the user's, and (given the model's
+    ``signature``) the longest sequence it runs when unset: the buffer's length, else the model's position
+    tables' rows, else :data:`DEFAULT_CONTEXT_LENGTH` (what :func:`genai_config` states without a tokenizer)."""
+    options = dataclasses.replace(options, contracts=check_contracts([*GENAI_CONTRACTS, *options.contracts]))
+    if signature is not None and options.positions is None:
+        positions = options.max_length or signature.position_rows or DEFAULT_CONTEXT_LENGTH
+        options = dataclasses.replace(options, positions=positions)
+    return options
+
+
+def longest_sequence(options: GenaiOptions) -> int | None:
+    """What a genai folder made with ``options`` runs at most, as far as they tell without the model: the
+    buffer's length, the context length or the tokenizer folder's ``config.json`` (``max_position_embeddings``)."""
+    rows = _read_json(options.tokenizer, "config.json").get("max_position_embeddings")
+    return options.max_length or options.context_length or (rows if isinstance(rows, int) and rows > 0 else None)
 
 
 def check_genai_model(model: onnx.ModelProto) -> DecoderSignature:
@@ -106,6 +120,8 @@ def genai_config(model: onnx.ModelProto, contracts: Sequence[str], options: Gena
     hf = _read_json(options.tokenizer, "config.json")
     context = options.context_length or signature.position_rows or hf.get("max_position_embeddings") \
         or DEFAULT_CONTEXT_LENGTH
+    tables = tables_of(model).values()  # constant rotary tables: no position at or beyond their rows
+    longest = min(options.max_length or context, context, *tables)
     heads = _attention_heads(model)
     hidden = _hidden_size(model, signature) or (heads or 0) * signature.head_size
     inputs = {"input_ids": signature.input_ids}
@@ -123,7 +139,7 @@ def genai_config(model: onnx.ModelProto, contracts: Sequence[str], options: Gena
     model_entry = {**_special_tokens(options.tokenizer, hf), "context_length": context, "decoder": decoder,
                    "type": "decoder", "vocab_size": signature.vocab_size}
     search = {"diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
-              "max_length": min(options.max_length or context, context), "min_length": 0,
+              "max_length": longest, "min_length": 0,
               "no_repeat_ngram_size": 0, "num_beams": 1, "num_return_sequences": 1,
               "past_present_share_buffer": "shared-kv-buffer" in contracts, "repetition_penalty": 1.0,
               "temperature": 1.0, "top_k": 50, "top_p": 1.0}

@@ -40,12 +40,13 @@ def check_decoder(model: onnx.ModelProto, contracts: Sequence[str], what: str | 
 
 
 def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequence[str], max_length: int | None,
-                       validation: dict[str, Any] | None) -> None:
+                       validation: dict[str, Any] | None, positions: int | None = None) -> None:
     """Make ``result`` (a :class:`~gsrewrite.pipelines.RewriteResult`) follow the KV-cache contracts asked for,
     each validated against ``original`` (``validation``: the keyword arguments of a
-    :class:`~gsrewrite.validation.Validator`, None: unvalidated); ``max_length``: the shared buffer's length. A
-    contract with several ways to make it (the int8 cache's room) keeps the first that validates; the others are
-    named in ``result.dropped``."""
+    :class:`~gsrewrite.validation.Validator`, None: unvalidated); ``max_length``: the shared buffer's length;
+    ``positions``: the longest sequence the model will run (its rotary tables then constants, when they validate;
+    None: ``max_length``). A contract with several ways to make it (the int8 cache's room, the rotary tables)
+    keeps the first that validates; the others are named in ``result.dropped``."""
     names = wanted(contracts)
     if not names:
         return
@@ -55,7 +56,7 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
     made: list[str] = []
     steps: list[CandidateInputs] = []
     for name in names:
-        ways = _ways(name, model, signature, original, max_length, seed)
+        ways = _ways(name, model, signature, original, (max_length, positions or max_length, contracts), seed)
         if isinstance(ways, str):
             log.warning("contract %s not applied: %s", name, ways)
             result.skipped[name] = ways
@@ -84,17 +85,14 @@ Way = tuple[str, Callable[[], tuple[onnx.ModelProto, "CandidateInputs"]]]
 
 
 def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, original: onnx.ModelProto,
-          max_length: int | None, seed: int) -> list[Way] | str:
-    """The ways to make ``model`` follow the contract ``name``, in the order tried; or why there is none."""
-    from gsrewrite.pipelines.kv_buffer import share_kv_buffer
+          lengths: tuple[int | None, int | None, Sequence[str]], seed: int) -> list[Way] | str:
+    """The ways to make ``model`` follow the contract ``name``, in the order tried; or why there is none.
+    ``lengths``: the shared buffer's length, the longest sequence run and the contracts accepted."""
     from gsrewrite.pipelines.kv_int8 import MARGINS, calibrate, quantize_kv_cache
-    from gsrewrite.validation.candidate_inputs import PaddedCache, QuantizedCache
+    from gsrewrite.validation.candidate_inputs import QuantizedCache
 
     if name == "shared-kv-buffer":
-        shared = share_kv_buffer(model, signature)
-        if isinstance(shared, str):
-            return shared
-        return [(name, lambda: (shared, PaddedCache(signature.pairs, signature.input_ids, max_length)))]
+        return _buffer_ways(model, signature, *lengths)
     largest = calibrate(model, signature, original, seed)
     if isinstance(largest, str):
         return largest
@@ -107,6 +105,36 @@ def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, origin
         return make
 
     return [(f"{name} ({margin:g}x room)", quantized(margin)) for margin in MARGINS]
+
+
+def _buffer_ways(model: onnx.ModelProto, signature: DecoderSignature, max_length: int | None,
+                 positions: int | None, contracts: Sequence[str]) -> list[Way] | str:
+    """``shared-kv-buffer``: with constant rotary tables of ``positions`` rows first (when the positions are
+    bounded and the tables can be made), then as the model computes them."""
+    from gsrewrite.pipelines.kv_buffer import share_kv_buffer
+    from gsrewrite.pipelines.rotary_tables import MIN_ROWS, constant_rotary_tables
+    from gsrewrite.validation.candidate_inputs import PaddedCache
+
+    shared = share_kv_buffer(model, signature)
+    if isinstance(shared, str):
+        return shared
+    feed = PaddedCache(signature.pairs, signature.input_ids, max_length)
+    if positions is None:
+        return [("shared-kv-buffer", lambda: (shared, feed))]
+    rows = max(positions, MIN_ROWS)  # validation runs positions up to its long past: a shorter table only fails it
+    made = constant_rotary_tables(shared, signature, rows, rotating_attention="unpadded-prompts" in contracts)
+    if isinstance(made, str):
+        log.info("shared-kv-buffer: the rotary tables stay per step: %s", made)
+        return [("shared-kv-buffer", lambda: (shared, feed))]
+    held = [shared]  # the tabled model, let go when the plain buffer is tried instead
+
+    def plain() -> tuple[onnx.ModelProto, CandidateInputs]:
+        again = share_kv_buffer(model, signature)
+        assert not isinstance(again, str)  # it was made once already
+        return again, feed
+
+    return [(f"shared-kv-buffer (rotary tables of {rows} positions)", lambda: (held.pop(), feed)),
+            ("shared-kv-buffer", plain)]
 
 
 def _validate(original: onnx.ModelProto, candidate: onnx.ModelProto, steps: list[CandidateInputs],

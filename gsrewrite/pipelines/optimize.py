@@ -68,8 +68,9 @@ def optimize(
         # an unknown name, a tolerance given twice or out of its range: refused before any work
         Criterion.of(tolerance_of(strategies().get(compression.strategy), **compression.tolerance())).check()
     with entered(model, validation) as request:
-        if genai:
-            check_genai_model(request.source.model)  # a model the genai loop cannot run: refused before any work
+        if genai:  # a model the genai loop cannot run: refused before any work
+            signature = check_genai_model(request.source.model)
+            fusions = dataclasses.replace(fusions, options=with_genai_contracts(fusions.options, signature))
         else:
             check_decoder(request.source.model, fusions.options.contracts)
         result = handed_back(request, _optimized(request, fusions, simplify, tune, compression))
@@ -88,7 +89,8 @@ def _optimized(request: Request, fusions: Fusions, simplify: bool, tune: bool, c
     if compression is not None:
         _compress(result, original, compression, validation)
     if wanted(fusions.options.contracts):
-        apply_kv_contracts(result, original, fusions.options.contracts, fusions.options.max_length, validation)
+        apply_kv_contracts(result, original, fusions.options.contracts, fusions.options.max_length, validation,
+                           fusions.options.positions)
         _done(result, original)
     return result
 

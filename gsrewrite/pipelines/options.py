@@ -92,6 +92,10 @@ class RewriteOptions:
     #: ``shared-kv-buffer``: the buffer's length (positions), what validation pads the past to; None: just
     #: longer than each validation input needs
     max_length: int | None = None
+    #: ``shared-kv-buffer``: the longest sequence the model will run (every position id below it); the rotary
+    #: tables become constants of that many rows (:mod:`gsrewrite.pipelines.rotary_tables`). None: ``max_length``
+    #: (``--target genai``: the context length its folder states)
+    positions: int | None = None
 
 
 #: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)

@@ -1,0 +1,282 @@
+"""Constant rotary tables for a model whose positions are bounded (``shared-kv-buffer``: no position reaches the
+buffer's length), as onnxruntime-genai's builder stores them.
+
+An export computes each step's rotary rows from the position ids (``cos(position * inv_freq)``: Range, Cos, Sin,
+Reshape, Slice and Pad around GroupQueryAttention or RotaryEmbedding, some 35 small nodes a step that cost
+~0.25 ms of a 8 ms int4 decode step of SmolLM2-135M). Once the positions are bounded by ``rows``, those rows are
+one table computed here, and the ops read row ``position_ids[b, s]`` of it, the model's own position ids.
+
+The table is the model's own subgraph evaluated in onnxruntime over the positions 0 .. rows - 1 (not a formula
+recognised from the exporter's nodes), and it is taken only where that subgraph is a function of each token's
+position alone: it reads no weights and no input but the token ids, the mask and the position ids (their shapes,
+for the table's layout), and evaluated again for single positions across the range, for a chunk of consecutive
+positions and for a batch of two rows of different positions, each token's rows equal the table's row at its
+position. A rotary that scales with the sequence length (dynamic NTK, LongRoPE's long factors) fails those and
+keeps its per-step nodes, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from gsrewrite.pipelines.decoder_signature import DecoderSignature
+
+log = logging.getLogger(__name__)
+
+#: op (domain, type) -> the indices of its (position ids, cos cache, sin cache) inputs
+ROTARY_INPUTS = {("com.microsoft", "GroupQueryAttention"): (9, 7, 8),
+                 ("com.microsoft", "RotaryEmbedding"): (1, 2, 3)}
+#: the largest initializer (bytes) the table's subgraph may read: an inverse-frequency vector, index constants
+_SMALL = 1 << 16
+#: how far a token's evaluated rows may be from the table's (float32 rounding of cos/sin of the same argument
+#: evaluated in another shape: a vectorised and a scalar loop)
+_ATOL = 1e-6
+_PREFIX = "rotary-tables"
+#: the fewest rows a table gets: validation's longest past (256) and a chunk fit below it
+MIN_ROWS = 512
+
+Triple = tuple[str, str, str]
+
+
+def constant_rotary_tables(model: onnx.ModelProto, signature: DecoderSignature, rows: int, *,
+                           rotating_attention: bool) -> int | str:
+    """Give every rotary op of ``model`` (changed in place) constant cos/sin tables of ``rows`` positions and the
+    model's position ids; the number of ops changed, or why none (``model`` unchanged).
+
+    ``rotating_attention``: GroupQueryAttention's own rotary too. Over an empty past it rotates token (b, s) by
+    row ``position_ids[0, 0] + s`` (onnxruntime 1.32, CPU), which the per-token tables of the export make exact at
+    batch 1 and a constant table only for position ids that run on from the first: the ``unpadded-prompts``
+    contract (a prompt's positions the same consecutive run in every row) must be accepted for it."""
+    if signature.position_ids is None:
+        return "the model has no position ids input to index a constant table with"
+    if rows < 2:
+        return f"a table of {rows} position(s)"
+    users = _rotary_users(model.graph)
+    if not rotating_attention:
+        users = [(node, triple) for node, triple in users if node.op_type != "GroupQueryAttention"]
+    if not users:
+        return "no RotaryEmbedding (nor, under unpadded-prompts, GroupQueryAttention) reads a rotary table"
+    fed = {name for name in (signature.input_ids, signature.position_ids, signature.attention_mask) if name}
+    triples = sorted({triple for _node, triple in users})
+    sub = _subgraph(model, [name for triple in triples for name in triple], fed)
+    if isinstance(sub, str):
+        return sub
+    try:
+        evaluate = _Evaluator(sub, signature)
+    except Exception as error:
+        return f"the rotary table could not be evaluated: {type(error).__name__}: {str(error)[:200]}"
+    tables = evaluate.tables(triples, rows)
+    if isinstance(tables, str):
+        return tables
+    position = _positions(model.graph, signature)
+    done: dict[Triple, tuple[str, str]] = {}
+    for index, triple in enumerate(triples):
+        names = f"{_PREFIX}/cos_{index}", f"{_PREFIX}/sin_{index}"
+        for name, table in zip(names, tables[triple], strict=True):
+            model.graph.initializer.append(numpy_helper.from_array(table, name))
+        done[triple] = names
+    for node, triple in users:
+        at = ROTARY_INPUTS[(node.domain, node.op_type)]
+        node.input[at[0]], node.input[at[1]], node.input[at[2]] = position, *done[triple]
+    removed = prune(model.graph)
+    log.info("rotary tables: %d op(s) read constant tables of %d positions; %d per-step node(s) gone",
+             len(users), rows, removed)
+    return len(users)
+
+
+def _rotary_users(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, Triple]]:
+    """Each rotary op with its (position ids, cos, sin) inputs (GroupQueryAttention only with ``do_rotary``)."""
+    out = []
+    for node in graph.node:
+        at = ROTARY_INPUTS.get((node.domain, node.op_type))
+        if at is None or len(node.input) <= max(at) or not all(node.input[i] for i in at):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GroupQueryAttention" and not attrs.get("do_rotary", 0):
+            continue
+        out.append((node, (node.input[at[0]], node.input[at[1]], node.input[at[2]])))
+    return out
+
+
+def _subgraph(model: onnx.ModelProto, outputs: list[str], fed: set[str]) -> onnx.ModelProto | str:
+    """The nodes ``outputs`` are computed by, as a model of their own; or why they are not a function of the
+    token layout and positions alone."""
+    graph = model.graph
+    producers = {out: node for node in graph.node for out in node.output if out}
+    initializers = {t.name: t for t in graph.initializer}
+    inputs = {value.name: value for value in graph.input}
+    nodes: dict[int, onnx.NodeProto] = {}
+    used_inputs: set[str] = set()
+    used_inits: set[str] = set()
+    pending = list(outputs)
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name in initializers:
+            tensor = initializers[name]
+            if tensor.data_location == onnx.TensorProto.EXTERNAL or _nbytes(tensor) > _SMALL:
+                return f"the rotary table reads the weight {name!r}"
+            used_inits.add(name)
+        elif name in inputs:
+            if name not in fed:
+                return f"the rotary table reads the input {name!r}"
+            used_inputs.add(name)
+        elif name in producers:
+            node = producers[name]
+            if node.op_type in ("Loop", "If", "Scan"):
+                return f"the rotary table is computed in a {node.op_type}"
+            nodes[id(node)] = node
+            pending.extend(node.input)
+        else:
+            return f"{name!r} has no producer"
+    order = [node for node in graph.node if id(node) in nodes]
+    sub = helper.make_graph(order, "rotary-table", [inputs[name] for name in sorted(used_inputs)],
+                            [onnx.ValueInfoProto(name=name) for name in dict.fromkeys(outputs)],
+                            [initializers[name] for name in sorted(used_inits)])
+    return helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int:
+    count = int(np.prod(tensor.dims)) if tensor.dims else 1
+    return count * max(1, onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize) \
+        if tensor.data_type != onnx.TensorProto.STRING else count
+
+
+class _Evaluator:
+    """The table's subgraph in onnxruntime, fed token layouts: each token's cos and sin rows."""
+
+    def __init__(self, sub: onnx.ModelProto, signature: DecoderSignature) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.specs = {spec.name: spec for spec in self.session.get_inputs()}
+        self.signature = signature
+
+    def rows(self, positions: np.ndarray, triples: Iterable[Triple]) -> dict[Triple, tuple[np.ndarray, np.ndarray]]:
+        """Each triple's (cos, sin) rows of every token ([B, S, width]) when the model is fed ``positions``
+        ([B, S]) with a mask of ones as long as the largest position + 1."""
+        signature = self.signature
+        batch, length = positions.shape
+        feeds: dict[str, np.ndarray] = {}
+        for name, spec in self.specs.items():
+            dtype = _np_type(spec.type)
+            if name == signature.position_ids:
+                feeds[name] = positions.astype(dtype)
+            elif name == signature.attention_mask:
+                feeds[name] = np.ones((batch, int(positions.max()) + 1), dtype)
+            else:  # the token ids: their shape only
+                feeds[name] = np.zeros((batch, length), dtype)
+        names = [o.name for o in self.session.get_outputs()]
+        got = dict(zip(names, self.session.run(None, feeds), strict=True))
+        out = {}
+        for pos, cos, sin in triples:
+            ids = np.broadcast_to(np.asarray(got[pos]), (batch, length)).astype(np.int64)
+            out[(pos, cos, sin)] = (np.asarray(got[cos])[ids], np.asarray(got[sin])[ids])
+        return out
+
+    def tables(self, triples: list[Triple], rows: int) -> dict[Triple, tuple[np.ndarray, np.ndarray]] | str:
+        """Each triple's (cos, sin) table of ``rows`` positions, checked to be each token's rows whatever the
+        layout; or why not."""
+        try:
+            whole = self.rows(np.arange(rows, dtype=np.int64)[None], triples)
+            tables = {triple: (cos[0], sin[0]) for triple, (cos, sin) in whole.items()}
+            for positions in _layouts(rows):
+                for triple, (cos, sin) in self.rows(positions, triples).items():
+                    expected = tables[triple]
+                    for got, table in ((cos, expected[0]), (sin, expected[1])):
+                        if got.shape[-1] != table.shape[-1] or not np.allclose(got, table[positions], rtol=0,
+                                                                               atol=_ATOL):
+                            return f"the rotary rows at positions {positions.min()}..{positions.max()} " \
+                                   f"(layout {list(positions.shape)}) are not the table's: the rotary depends on " \
+                                   "more than each token's position"
+        except Exception as error:
+            return f"the rotary table could not be evaluated: {type(error).__name__}: {str(error)[:200]}"
+        return tables
+
+
+def _layouts(rows: int) -> list[np.ndarray]:
+    """Token layouts the table must hold for: single positions across the range (a decode step at each), a chunk
+    of consecutive positions and a batch of two rows at different positions."""
+    singles = sorted({0, 1, 2, rows // 3, rows // 2, rows - 2, rows - 1} & set(range(rows)))
+    layouts = [np.array([[p]], np.int64) for p in singles]
+    chunk = min(7, rows)
+    layouts.append(np.arange(rows - chunk, rows, dtype=np.int64)[None])
+    if rows >= 2 * chunk:
+        layouts.append(np.stack([np.arange(chunk), np.arange(rows // 2, rows // 2 + chunk)]).astype(np.int64))
+    return layouts
+
+
+def _np_type(text: str) -> type:
+    return {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
+            "tensor(float16)": np.float16, "tensor(bool)": np.bool_}.get(text, np.int64)
+
+
+def _positions(graph: onnx.GraphProto, signature: DecoderSignature) -> str:
+    """The model's position ids as int64 (what the rotary ops index with): the input itself or a Cast of it."""
+    assert signature.position_ids is not None
+    spec = next(value for value in graph.input if value.name == signature.position_ids)
+    if spec.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+        return signature.position_ids
+    name = f"{_PREFIX}/position_ids"
+    graph.node.insert(0, helper.make_node("Cast", [signature.position_ids], [name], to=onnx.TensorProto.INT64,
+                                          name=name))
+    return name
+
+
+def prune(graph: onnx.GraphProto) -> int:
+    """Remove the nodes nothing reads (no graph output, no node that stays) and the initializers only they read;
+    the number of nodes removed."""
+    needed = {value.name for value in graph.output}
+    keep: list[onnx.NodeProto] = []
+    dropped_reads: set[str] = set()
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output if out) or _has_subgraph(node):
+            keep.append(node)
+            needed.update(name for name in node.input if name)
+            needed.update(_subgraph_reads(node))
+        else:
+            dropped_reads.update(node.input)
+    removed = len(graph.node) - len(keep)
+    if removed:
+        keep.reverse()
+        del graph.node[:]
+        graph.node.extend(keep)
+        inputs = {value.name for value in graph.input}
+        kept = [t for t in graph.initializer if t.name in needed or t.name in inputs or t.name not in dropped_reads]
+        if len(kept) != len(graph.initializer):
+            del graph.initializer[:]
+            graph.initializer.extend(kept)
+    return removed
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
+    """Names a node's subgraphs read from the outer scope (all their node inputs: a superset is safe here)."""
+    names: set[str] = set()
+    for attribute in node.attribute:
+        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for sub in graphs:
+            for inner in sub.node:
+                names.update(inner.input)
+                names.update(_subgraph_reads(inner))
+    return names
+
+
+def tables_of(model: onnx.ModelProto) -> Mapping[str, int]:
+    """The constant rotary tables this step stored in ``model``: name -> rows."""
+    return {t.name: int(t.dims[0]) for t in model.graph.initializer if t.name.startswith(f"{_PREFIX}/")
+            and t.dims}
