@@ -42,6 +42,8 @@ CONTRACTS = {
 }
 #: the contracts ``--target genai`` implies: what onnxruntime-genai's generate loop lives with
 GENAI_CONTRACTS = ("batch1-chunks", "shared-kv-buffer")
+#: ``shared-kv-buffer``: the name of the past and present dims once they are one buffer of the longest length
+BUFFER_DIM = "max_length"
 #: the ``metadata_props`` key that states the contracts a model was rewritten under
 METADATA_KEY = "gsrewrite.contracts"
 

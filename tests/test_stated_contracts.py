@@ -85,3 +85,21 @@ def test_compress_keeps_the_contracts_of_its_input(chunked: onnx.ModelProto) -> 
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def test_a_genai_folders_model_is_compressed_and_validated_against_itself(tmp_path: Path) -> None:
+    """The shared buffer's past dims (max_length) are sized as the past the mask implies, so compress generates a
+    decoder's inputs for a --target genai model (before: a chunk at batch 2 that GroupQueryAttention refused, for
+    an unrelated buffer length), and validate compares two models of the same cache layout."""
+    folder = tmp_path / "genai"
+    made = subprocess.run([str(GSREWRITE), "optimize", str(LLAMA), str(folder), "--target", "genai", "-q"],
+                          capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    model, small = folder / "model.onnx", tmp_path / "bf16.onnx"
+    done = subprocess.run([str(GSREWRITE), "compress", str(model), "-s", "bf16", "--min-top1", "0.9", "-o",
+                           str(small)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and small.exists(), done.stderr
+    checked = subprocess.run([str(GSREWRITE), "validate", str(model), str(small), "--min-cosine", "0.999",
+                              "--min-top1", "0.9"], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0 and "OK:" in checked.stdout + checked.stderr, checked.stderr
+    assert "chunk 1x4" in checked.stdout + checked.stderr  # the decoder's sets, the chunk at batch 1

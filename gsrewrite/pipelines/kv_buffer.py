@@ -17,12 +17,11 @@ import logging
 import onnx
 from onnx import helper
 
+from gsrewrite.contracts import BUFFER_DIM
 from gsrewrite.pipelines.decoder_signature import DecoderSignature
 
 log = logging.getLogger(__name__)
 
-#: the dim name of the past and present length once they are the shared buffer's
-BUFFER_DIM = "max_length"
 _PREFIX = "shared-kv-buffer"
 
 

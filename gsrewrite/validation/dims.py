@@ -160,7 +160,7 @@ def input_dims(model: onnx.ModelProto, input_shapes: ShapeSpec | None = None,
                specs: Sequence[InputSpec] | None = None) -> InputDims:
     """The input dims of ``model``, related by its graph, with the caller's shapes (``{"input_ids": (1, 128)}``
     or ``{"batch": 1}``) fixed."""
-    specs = list(specs if specs is not None else model_inputs(model))
+    specs = _unbuffered(model, list(specs if specs is not None else model_inputs(model)))
     raw = {spec.name: _parse(spec) for spec in specs}
     fixed, whole = _user_bindings(specs, raw, input_shapes)
     solution = solve_input_dims(model, fixed)
@@ -173,6 +173,31 @@ def input_dims(model: onnx.ModelProto, input_shapes: ShapeSpec | None = None,
     if fixed:
         _check_given_sizes(dims)
     return dims
+
+
+def _unbuffered(model: onnx.ModelProto, specs: list[InputSpec]) -> list[InputSpec]:
+    """A model rewritten under ``shared-kv-buffer`` (its past dims named :data:`~gsrewrite.contracts.BUFFER_DIM`)
+    sized as before it: the past as long as the mask says beyond the new tokens (``past_sequence`` of a mask of
+    ``past_sequence + sequence``). A past buffer of that length is what the buffer holds when it is full, and the
+    dims keep the decoder's roles (decode steps, prompts, chunks) instead of an unrelated length."""
+    from gsrewrite.contracts import BUFFER_DIM, stated
+
+    buffered = [s for s in specs if s.dims and len(s.dims) == 4 and s.dims[2] == BUFFER_DIM]
+    if not buffered or "shared-kv-buffer" not in stated(model):
+        return specs
+    new = {s.dims[-1] for s in specs if s.dims and len(s.dims) == 2 and isinstance(s.dims[-1], str)}
+    past = None
+    for spec in specs:
+        last = spec.dims[-1] if spec.dims and len(spec.dims) == 2 else None
+        if isinstance(last, str) and "+" in last:
+            terms = [t.strip() for t in last.split("+")]
+            rest = [t for t in terms if t not in new]
+            if len(terms) == 2 and len(rest) == 1 and rest[0].isidentifier():
+                past = rest[0]
+    if past is None:
+        return specs
+    return [InputSpec(s.name, s.elem_type, (*s.dims[:2], past, *s.dims[3:])) if s in buffered and s.dims else s
+            for s in specs]
 
 
 def _check_given_sizes(dims: InputDims) -> None:

@@ -99,34 +99,23 @@ def validate(
     criterion = Criterion(atol=atol, rtol=rtol, min_cosine=min_cosine, max_abs=max_abs, min_agreement=min_agreement,
                           min_top1=min_top1, noise_factor=noise_factor)
     if contracts is None:
-        contracts = _stated_contracts(candidate)
+        contracts = _stated_contracts(candidate, original)
     validator = Validator(original, inputs=inputs, input_shapes=input_shapes, runs=runs, atol=atol, rtol=rtol,
                           seed=seed, providers=providers, max_memory=max_memory, criterion=criterion,
                           contracts=contracts)
     return validator.check(candidate)
 
 
-def _stated_contracts(candidate: ModelArg) -> tuple[str, ...]:
+def _stated_contracts(candidate: ModelArg, original: ModelArg | None = None) -> tuple[str, ...]:
     """The input contracts ``candidate`` states it was rewritten under (gsrewrite's own outputs): validation then
     tries only the inputs they keep. One whose inputs or outputs differ from the original's (a shared or int8 KV
-    cache) cannot be compared here: :class:`~gsrewrite.errors.UsageError`."""
-    from gsrewrite.contracts import LAYOUT_CONTRACTS, stated
-    from gsrewrite.model_io.weightless import load_weightless
+    cache the original does not state too) cannot be compared here: :class:`~gsrewrite.errors.UsageError`."""
+    from gsrewrite.contracts import LAYOUT_CONTRACTS
 
-    if isinstance(candidate, onnx.ModelProto):
-        proto = candidate
-    elif isinstance(candidate, (str, os.PathLike)):
-        try:
-            proto = load_weightless(candidate)  # its metadata, not its weights
-        except Exception:  # the validator's own loading says what is wrong with the file
-            return ()
-    else:
-        held = getattr(candidate, "model", None)  # a Source
-        if not isinstance(held, onnx.ModelProto):
-            return ()
-        proto = held
-    names = stated(proto)
+    names = _stated_by(candidate)
     layout = [name for name in names if name in LAYOUT_CONTRACTS]
+    if layout and original is not None:  # the same cache layout on both sides is fed alike
+        layout = [name for name in layout if name not in _stated_by(original)]
     if layout:
         raise UsageError(f"the candidate was rewritten under {', '.join(layout)}: it takes and returns its KV cache "
                          "differently from the original, which validate cannot feed alike; optimize validated it "
@@ -135,6 +124,27 @@ def _stated_contracts(candidate: ModelArg) -> tuple[str, ...]:
         log.info("the candidate states the input contracts %s: only the inputs they keep are tried",
                  ", ".join(names))
     return names
+
+
+def _stated_by(model: ModelArg) -> tuple[str, ...]:
+    """The contracts ``model`` (a proto, a path or a Source) states; () when it cannot be read here (the
+    validator's own loading says what is wrong with it)."""
+    from gsrewrite.contracts import stated
+    from gsrewrite.model_io.weightless import load_weightless
+
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    elif isinstance(model, (str, os.PathLike)):
+        try:
+            proto = load_weightless(model)  # its metadata, not its weights
+        except Exception:
+            return ()
+    else:
+        held = getattr(model, "model", None)  # a Source
+        if not isinstance(held, onnx.ModelProto):
+            return ()
+        proto = held
+    return tuple(stated(proto))
 
 
 class Validator:
