@@ -37,7 +37,7 @@ from gsrewrite.patterns.registry import PatternRegistry
 from gsrewrite.pipelines.bisect import Candidate, Checker, validate_and_bisect
 from gsrewrite.pipelines.kv_contracts import apply_kv_contracts, check_decoder, wanted
 from gsrewrite.pipelines.options import ModelArg, RewriteOptions, Source, ValidateArg, validation_kwargs
-from gsrewrite.pipelines.request import entered, handed_back, overlaps_reference
+from gsrewrite.pipelines.request import entered, handed_back, overlapped
 from gsrewrite.reporting import Report, rewrite_report
 from gsrewrite.request import Request
 from gsrewrite.simplifier.result import ModelStats
@@ -243,8 +243,7 @@ def rewrite(request: Request, fusions: Fusions, *, working: Source | None = None
     validate = validation is not None
     if pending is None and validate:
         pending = reference_validator(source if reference is None else source.derived(reference), validation)
-        if overlaps_reference(source):
-            pending.start()
+        overlapped(request, pending, likely_to_change=True)  # at once when small: the run overlaps the rewrite
     working = _convert_opset(original, options.opset)
     with stage("rewriting"):
         out, run = _rewrite(working, selected, fusions.target, options.explain, registry,
