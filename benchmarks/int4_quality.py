@@ -4,8 +4,8 @@
         [--fixtures-python /work/fxenv/bin/python] > benchmarks/results/int4_quality.md
 
 The measurement: 4 chat prompts (the tokenizer's chat template, from ``REAL/smollm2_hf``, applied by the fixtures
-venv's transformers in a subprocess: only the token ids cross), greedy-decoded for ``--tokens`` (40) tokens by the
-fp32 original (``smollm2.dynamo_kv.onnx``) in onnxruntime, with its KV cache, all 40 whatever they are
+venv's transformers in a subprocess: only the token ids cross), greedy-decoded for ``--tokens`` (120) tokens by the
+fp32 original (``smollm2.dynamo_kv.onnx``) in onnxruntime, with its KV cache, all 120 whatever they are
 (``--stop-at-eos`` stops at the end-of-turn token). Then prompt + continuation is teacher-forced through every
 model (one run per prompt, empty past) and each next-token distribution over the continuation is compared with
 the fp32 original's, run the same way: mean KL(fp32 || int4) over all positions and top-1 agreement (the share
@@ -51,9 +51,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "gsrewrite rtn asym": {"method": "rtn", "symmetric": False},
     "gsrewrite search sym, no activations": {"method": "search", "symmetric": True, "activations": False},
     "gsrewrite search asym, no activations": {"method": "search", "symmetric": False, "activations": False},
-    "gsrewrite search sym": {"method": "search", "symmetric": True},
     "gsrewrite search asym (zero points everywhere)": {"method": "search", "symmetric": False},
-    "gsrewrite default (search sym, zero points for the tied head)": {},
+    "gsrewrite search sym, zero points for the tied head": {"head_symmetric": False},
+    "gsrewrite default (search sym)": {},
     "gsrewrite default, head/embedding 8 bits": {"head_bits": 8},
 }
 #: KV heads and head size of SmolLM2-135M (a graph that leaves them symbolic: the builder's)
@@ -189,7 +189,8 @@ def main() -> None:
     parser.add_argument("--real", type=Path, default=HERE / "_work" / "real")
     parser.add_argument("--work", type=Path, default=HERE / "_work" / "int4_quality")
     parser.add_argument("--fixtures-python", default="/work/fxenv/bin/python")
-    parser.add_argument("--tokens", type=int, default=40)
+    # 120 tokens (480 positions): at 40 (160) the top-1 margins the issue asks about were two positions, noise
+    parser.add_argument("--tokens", type=int, default=120)
     parser.add_argument("--stop-at-eos", action="store_true", help="stop a continuation at the end-of-turn token")
     parser.add_argument("--only", nargs="*", help="gsrewrite variants to run (labels of VARIANTS)")
     parser.add_argument("--remake", action="store_true")

@@ -48,8 +48,8 @@ def _list(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--head-bits", type=click.Choice(["4", "8"]), default=None,
               help="int4: bits of a tied LM head and its embedding table (default: the strategy's).")
 @click.option("--head-symmetric/--head-asymmetric", default=None,
-              help="int4: the tied LM head and its table without / with zero points (default: with, unless "
-              "--symmetric/--asymmetric is given).")
+              help="int8/int4: the tied LM head and its table without / with zero points (default: as "
+              "--symmetric/--asymmetric).")
 @click.option("--accuracy-level", type=click.IntRange(0, 4), default=None,
               help="int8/int4 MatMulNBits accuracy_level (4: int8 activations; default: the faster of 0 and 4, "
               "measured).")

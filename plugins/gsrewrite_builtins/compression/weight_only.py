@@ -6,16 +6,17 @@
   (per-tensor / per-channel from opset 13; blocked and 4-bit types need opset 21, which the strategy raises to
   only with ``allow_opset_upgrade``).
 
-Options: ``symmetric`` (default True: no zero points; at 4 bits the tied LM head and its table still get them,
-see ``head_symmetric``), ``granularity`` (tensor | channel |
+Options: ``symmetric`` (default True: no zero points, the tied LM head and its table included unless
+``head_symmetric`` says otherwise), ``granularity`` (tensor | channel |
 block; default block for int4, channel for int8 at ``--target onnx``; MatMulNBits is always blocked),
 ``block_size`` (16-256, default 32),
 ``method`` (``rtn``: round to nearest; ``search``: k-quant style scale search, numerics.search_groups; default
 ``search`` at 4 bits, ``rtn`` at 8), ``activations`` (default True: the search weights each element by its input
 channel's squared activations, measured on ``calibration`` inputs (.npz file or folder), else generated ones),
 ``head_bits`` (4 or 8: a tied LM head's and its embedding table's, default the strategy's bits),
-``head_symmetric`` (the same head and table without zero points; default ``symmetric`` when given, else False at
-4 bits: the head is where zero points buy most, and one matrix of them costs little speed),
+``head_symmetric`` (the tied head and its table without zero points; default ``symmetric``: on SmolLM2-135M
+their zero points bought no KL (0.213 either way, 480 positions: benchmarks/results/int4_quality.md) and cost
+~0.2 ms of an 8 ms int4 decode step),
 ``accuracy_level`` (MatMulNBits' attribute, 0-4: 4 computes with int8 activations; unset, the compress pipeline
 measures 0 and 4 and keeps the faster), ``target``, ``min_elements`` (smaller weights stay float, default 4096),
 ``exclude`` (node names), ``op_types`` (default MatMul, Gemm, and Conv at 8 bits), ``allow_opset_upgrade``.
@@ -96,7 +97,6 @@ class WeightOnly:
         if target not in TARGETS:
             raise UsageError(f"--target must be one of {', '.join(TARGETS)}, not {target!r}")
         # int4: symmetric blocks (MatMulNBits' int8-activation kernel runs them 1.27x faster than with zero points)
-        # but zero points for the LM head, where they buy most (SmolLM2 top-1 0.731 -> 0.756 for 0.4 MB)
         given_symmetric = options.get("symmetric")
         symmetric = bool(given_symmetric) if given_symmetric is not None else True
         block_size = int(options.get("block_size") or 32)
@@ -139,10 +139,8 @@ class WeightOnly:
                          statistics=stats, statistics_key=str(calibration or "generated") if stats else "")
         editor.op_types = op_types
         editor.head_bits = head_bits
-        if options.get("head_symmetric") is not None:
-            editor.head_symmetric = bool(options["head_symmetric"])
-        else:  # int4's default head has zero points; a --symmetric/--asymmetric given covers the head too
-            editor.head_symmetric = symmetric if given_symmetric is not None or self.bits != 4 else False
+        given_head = options.get("head_symmetric")
+        editor.head_symmetric = symmetric if given_head is None else bool(given_head)
         if target == "onnx":
             editor.require_opset(bool(options.get("allow_opset_upgrade")))
         editor.run()
