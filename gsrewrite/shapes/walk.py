@@ -17,6 +17,7 @@ dims, ``seq=128`` binds a symbol everywhere; a name the model does not have is a
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import logging
 import math
@@ -38,6 +39,7 @@ from gsrewrite.shapes.input_shapes import InputShapes, check_declared, check_nam
 from gsrewrite.shapes.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
 from gsrewrite.shapes.rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.shapes.symdim import DimValue, Expr
+from gsrewrite.shapes.values import assumptions_made, start_assumptions
 
 log = logging.getLogger(__name__)
 
@@ -319,15 +321,22 @@ class _Walk:
                 self._read_early.add(name)
             inputs.append(found)
         outputs: list[Info | None] | None = None
+        exact = False
         try:
             if not domain:
                 rule = RULES.get(op)
                 if rule is not None:
+                    start_assumptions()
                     outputs = rule(NodeView(op, inputs, attrs, self._opset, len(output_names), self._fresh))
+                    exact = not assumptions_made() and all(i is None or i.exact for i in inputs)
             elif domain not in STANDARD_DOMAINS:
-                outputs = self._ask_handlers(node, inputs, attrs)
+                outputs = self._ask_handlers(node, inputs, attrs)  # (a plugin's answer: not proven here)
         except Exception as exc:  # a rule meeting a shape it did not expect: unknown, not an error
             log.debug("shape rule for %s (%s) failed: %s", node.name, op, exc)
+        if outputs is not None and not exact:
+            for out in outputs:
+                if out is not None:
+                    out.exact = False
         baseline = self.baseline
         for index, name in enumerate(output_names):
             if not name:
@@ -360,6 +369,8 @@ class _Walk:
                     outputs = self._scan(node, inputs, attrs, bodies.get("body"))
         except Exception as exc:  # a body the walk does not understand: unknown, not an error
             log.debug("shape of %s (%s) failed: %s", node.name, node.op_type, exc)
+        if outputs is not None:  # (joined branches, widened loop dims: not proven for every size)
+            outputs = [None if out is None else dataclasses.replace(out, exact=False) for out in outputs]
         for index, name in enumerate(output_names):
             if not name:
                 continue
@@ -542,7 +553,7 @@ class _Walk:
         elif onnx_info.shape is not None and len(onnx_info.shape) == len(shape):
             shape = [o if (d is None or (isinstance(o, int) and not isinstance(d, int))) else d
                      for d, o in zip(shape, onnx_info.shape, strict=True)]
-        return Info(dtype, shape, mine.value, mine.has_value, mine.floats)
+        return Info(dtype, shape, mine.value, mine.has_value, mine.floats, mine.exact)
 
     def _constant_node(self, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
         for attr in node.attribute:

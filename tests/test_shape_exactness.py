@@ -1,0 +1,60 @@
+"""The shape engine says which of its values hold for every size (``Info.exact``): a rule that assumes (a small
+Slice bound inside a symbolic dim, ONNX's truncating Div taken as a floor, a symbolic count taken as >= 0) marks
+its output, and what is computed from it, not exact; under ``values.proving()`` those elements are unknown
+instead. The shapes and values themselves are what they were (the analysis commands' numbers do not move)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gsrewrite.shapes import symdim
+from gsrewrite.shapes.walk import infer_symbolic
+from gsrewrite.testing import model_from_text
+
+INTS = {"zero": np.array(0, np.int64), "one": np.array([1], np.int64), "minus_one": np.array([-1], np.int64),
+        "axes": np.array([0], np.int64), "two": np.array(2, np.int64), "five": np.array(5, np.int64),
+        "ones": np.array([1, 1], np.int64)}
+
+MODEL = """
+g (float[batch, 8] x) => (int64 exact_q, int64 floor_q, int64 later, float[rows, 8] inner, int64[2] inner_shape,
+                         int64[2] both) {
+    s = Shape (x)
+    b = Gather <axis = 0> (s, zero)
+    twice = Add (b, b)
+    exact_q = Div (twice, two)
+    less = Sub (b, five)
+    floor_q = Div (less, two)
+    later = Add (floor_q, two)
+    inner = Slice (x, one, minus_one, axes)
+    inner_shape = Shape (inner)
+    bu = Unsqueeze (b, axes)
+    lu = Unsqueeze (later, axes)
+    both = Concat <axis = 0> (bu, lu)
+}"""
+
+
+def _walked():
+    shapes = infer_symbolic(model_from_text(MODEL, initializers=INTS))
+    return shapes.tensors
+
+
+def test_exact_and_assumed_values_are_told_apart():
+    tensors = _walked()
+    batch = symdim.sym("batch")
+    # (b + b) / 2: truncation is the floor for a sum of dims: proven for every size
+    assert tensors["exact_q"].value == batch and tensors["exact_q"].exact
+    # (b - 5) / 2: ONNX truncates toward zero, the engine floors: the same only for batch >= 5
+    assert tensors["floor_q"].value == symdim.floor_div(symdim.sub(batch, 5), 2)
+    assert not tensors["floor_q"].exact
+    # what is computed from an assumption is not proven either, even through exact rules
+    assert not tensors["later"].exact and not tensors["both"].exact
+    assert tensors["b"].exact and tensors["s"].exact and tensors["bu"].exact
+
+
+def test_a_small_slice_bound_inside_a_symbolic_dim_is_an_assumption():
+    tensors = _walked()
+    batch = symdim.sym("batch")
+    # x[1:-1] on batch rows is batch - 2 only for batch >= 2 (ONNX clamps: 0 rows for batch = 1)
+    assert tensors["inner"].shape == [symdim.sub(batch, 2), 8]
+    assert not tensors["inner"].exact
+    assert tensors["inner_shape"].value == [symdim.sub(batch, 2), 8] and not tensors["inner_shape"].exact
