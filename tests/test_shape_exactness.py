@@ -58,3 +58,18 @@ def test_a_small_slice_bound_inside_a_symbolic_dim_is_an_assumption():
     assert tensors["inner"].shape == [symdim.sub(batch, 2), 8]
     assert not tensors["inner"].exact
     assert tensors["inner_shape"].value == [symdim.sub(batch, 2), 8] and not tensors["inner_shape"].exact
+
+
+def test_proving_gives_unknown_elements_instead_of_assumptions():
+    from onnx_graphsurgeon import import_onnx
+
+    from gsrewrite.graph.core import constant_values
+    from gsrewrite.shapes.graph_values import GraphValues
+
+    graph = import_onnx(model_from_text(MODEL, initializers=INTS))
+    values = GraphValues(graph, constant_values)
+    by_name = {t.name: values.get(t) for n in graph.nodes for t in n.outputs}
+    batch = symdim.sym("batch")
+    assert by_name["exact_q"].value == batch  # type: ignore[union-attr]
+    assert by_name["floor_q"].value is None and by_name["later"].value is None  # type: ignore[union-attr]
+    assert by_name["both"].value == [batch, None]  # type: ignore[union-attr]  # the exact element stays
