@@ -82,6 +82,8 @@ class GraphValues:
         self._read = read_constant
         #: id(tensor) -> what the rules found for it (node outputs with a value only)
         self.values: dict[int, Info] = {}
+        #: the nodes whose output has a value, in the graph's order, with that output's info
+        self.found: list[tuple[gs.Node, Info]] = []
         #: id(node) -> (the node, what its evaluation read, its output's info)
         self._memo: dict[int, tuple[gs.Node, tuple, Info | None]] = {}
         #: id(constant) -> (the constant, its storage, its info): small constants only
@@ -100,13 +102,14 @@ class GraphValues:
         self._opset = int(graph.opset)
         memo: dict[int, tuple[gs.Node, tuple, Info | None]] = {}
         self.values = values = {}
+        self.found = found = []
         with proving():
             for node in graph.nodes:
                 op = node.op
                 if op not in RULES or len(node.outputs) != 1 or node.domain not in _STANDARD:
                     continue
-                if op not in _DIM_READERS and not any(self._has_value(t) for t in node.inputs):
-                    continue
+                if op not in _DIM_READERS and not (node.inputs and self._has_value(node.inputs[0])):
+                    continue  # (every rule's value but Shape's and Size's is made of its first input's)
                 inputs = [self._info(t) for t in node.inputs]
                 key = self._key(node, inputs)
                 known = self._memo.get(id(node))
@@ -115,6 +118,7 @@ class GraphValues:
                 memo[id(node)] = (node, key, out)
                 if out is not None and out.has_value:
                     values[id(node.outputs[0])] = out
+                    found.append((node, out))
         self._memo = memo
 
     def get(self, tensor: gs.Tensor) -> Info | None:

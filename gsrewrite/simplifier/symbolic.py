@@ -79,11 +79,8 @@ def propagate(graph: gs.Graph) -> ShapeValues:
     engine = graph_values(graph, constant_values)
     result = ShapeValues()
     values = result.values
-    for node in graph.nodes:
-        if len(node.outputs) != 1:
-            continue
-        info = engine.get(node.outputs[0])
-        value = _seen(info) if info is not None else None
+    for node, info in engine.found:
+        value = _seen(info)
         if value is None:
             continue
         values[id(node.outputs[0])] = value
