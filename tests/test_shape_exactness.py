@@ -73,3 +73,21 @@ def test_proving_gives_unknown_elements_instead_of_assumptions():
     assert by_name["exact_q"].value == batch  # type: ignore[union-attr]
     assert by_name["floor_q"].value is None and by_name["later"].value is None  # type: ignore[union-attr]
     assert by_name["both"].value == [batch, None]  # type: ignore[union-attr]  # the exact element stays
+
+
+def test_onnx_static_dims_win_when_asked():
+    """``infer_shapes`` hands the walk ONNX's inference (``onnx_dims``): a dim ONNX knows statically replaces the
+    rules' expression from the first walk on, and what is computed from it follows (wav2vec2's dynamo export: 4
+    value_infos of a simpler, equal expression); without it, the rules' own expression stays."""
+    import onnx
+
+    text = """
+    g (float[batch, seq] x) => (int64[2] s) {
+        inner = Slice (x, one, minus_one, one)
+        s = Shape (inner)
+    }"""
+    model = model_from_text(text, initializers=INTS)
+    model.graph.value_info.append(onnx.helper.make_tensor_value_info("inner", onnx.TensorProto.FLOAT, ["batch", 6]))
+    seq, batch = symdim.sym("seq"), symdim.sym("batch")
+    assert infer_symbolic(model).tensors["s"].value == [batch, symdim.sub(seq, 2)]
+    assert infer_symbolic(model, onnx_dims=True).tensors["s"].value == [batch, 6]

@@ -124,15 +124,20 @@ def _dtype_name(dtype: int) -> str | None:
 
 
 # the walk ----------------------------------------------------------------------------------------
-def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None) -> SymbolicShapes:
+def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None, *,
+                   onnx_dims: bool = False) -> SymbolicShapes:
     """Symbolic shapes of every main-graph tensor of ``model`` (see the module docstring); the model is not
-    modified."""
+    modified. ``onnx_dims``: the model's ``value_info`` is ONNX's inference (as :func:`gsrewrite.shapes.inference.
+    infer_shapes` hands it over), and a dim it gives statically wins over the rules' expression from the first walk
+    on (without it, only once ONNX's inference is run as the fallback)."""
     given = input_shapes or InputShapes()
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]  # (a weight's shape may be given)
     check_names(InputShapes({n: d for n, d in given.shapes.items() if n not in initializers}), inputs, ())
     check_declared(given, (i for i in model.graph.input if i.name not in initializers))
     walk = _Walk(model, given)
+    if onnx_dims:
+        walk.onnx_static = _static_dims(model.graph)
     walk.run()
     if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
         check_names(InputShapes(bindings=given.bindings, shapes={n: given.shapes[n] for n in given.shapes
@@ -157,6 +162,8 @@ class _Walk:
         self._opset = self.opsets.get("", 0)
         self._fresh = self.fresh
         self.bindings: dict[str, int] = dict(given.bindings)
+        #: tensor -> its dims as the model's value_info gives them, the static ones only (None elsewhere)
+        self.onnx_static: dict[str, list[int | None]] = {}
         #: how deep in If/Loop/Scan bodies this walk is (a body is walked by a walk of its own)
         self.depth = 0
         #: body nodes the walks may still visit, shared by every body's walk (a Loop walks its body twice: nested
@@ -343,6 +350,8 @@ class _Walk:
                 continue
             info = outputs[index] if outputs is not None and index < len(outputs) else None
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
+            if self.onnx_static and name in self.onnx_static:
+                merged = _with_static(merged, self.onnx_static[name])
             if info is None or info.shape is None or any(map(_IS_NONE, info.shape)):
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
             if not self._incomplete and _incomplete(merged):
@@ -611,6 +620,31 @@ MAX_BODY_DEPTH = 8
 MAX_BODY_WORK = 200_000
 #: a Loop trip count this large is a while loop's (exporters write INT64_MAX)
 _UNBOUNDED_TRIPS = 2**31
+
+
+def _static_dims(graph: onnx.GraphProto) -> dict[str, list[int | None]]:
+    """Tensor -> the dims its value_info (or output declaration) gives statically (None for the others), for the
+    tensors that have one."""
+    found: dict[str, list[int | None]] = {}
+    for value_info in (*graph.value_info, *graph.output):
+        tensor_type = value_info.type.tensor_type
+        if not tensor_type.HasField("shape"):
+            continue
+        dims = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None
+                for d in tensor_type.shape.dim]
+        if any(d is not None for d in dims):
+            found.setdefault(value_info.name, dims)
+    return found
+
+
+def _with_static(info: Info, static: list[int | None]) -> Info:
+    """``info`` with the static dims ONNX gives in place of its own (an expression, or unknown)."""
+    shape = info.shape
+    if shape is None or len(shape) != len(static) or \
+            all(o is None or isinstance(d, int) for d, o in zip(shape, static, strict=True)):
+        return info
+    dims: Shape = [o if o is not None and not isinstance(d, int) else d for d, o in zip(shape, static, strict=True)]
+    return dataclasses.replace(info, shape=dims)
 
 
 def _named(dim_param: str) -> bool:
