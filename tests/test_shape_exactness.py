@@ -91,3 +91,24 @@ def test_onnx_static_dims_win_when_asked():
     seq, batch = symdim.sym("seq"), symdim.sym("batch")
     assert infer_symbolic(model).tensors["s"].value == [batch, symdim.sub(seq, 2)]
     assert infer_symbolic(model, onnx_dims=True).tensors["s"].value == [batch, 6]
+
+
+def test_graph_values_read_a_constant_of_shape_fill():
+    """ConstantOfShape's ``value`` is a tensor attribute (an onnx-graphsurgeon constant): its fill is read, not the
+    default 0 (legacy exports build ``-1`` vectors this way to compare a shape with)."""
+    from onnx_graphsurgeon import import_onnx
+
+    from gsrewrite.graph.core import constant_values
+    from gsrewrite.shapes.graph_values import GraphValues
+
+    model = model_from_text("""
+    g (float[batch, 8] x) => (int64[2] minus) {
+        s = Shape (x)
+        n = Shape (s)
+        filled = ConstantOfShape <value = int64[1] {7}> (n)
+        minus = Mul (filled, minus_one)
+    }""", initializers=INTS)
+    graph = import_onnx(model)
+    values = GraphValues(graph, constant_values)
+    assert {t.name: values.get(t).value for n in graph.nodes for t in n.outputs} == {  # type: ignore[union-attr]
+        "s": [symdim.sym("batch"), 8], "n": [2], "filled": [7, 7], "minus": [-7, -7]}

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx import numpy_helper
 
 from gsrewrite.shapes import symdim
 from gsrewrite.shapes.handlers import STANDARD_DOMAINS
@@ -164,11 +165,18 @@ class GraphValues:
         """What an evaluation of ``node`` reads: its op, attributes, input tensors, their values (the infos
         themselves) or types, and its output's dtype."""
         return (node.op, _attrs_key(node.attrs), node.outputs[0].dtype, *node.inputs,
+                *(v for v in node.attrs.values() if isinstance(v, gs.Tensor)),
                 *(i if i is None or i.has_value else _dims_key(i) for i in inputs))
 
     def _evaluate(self, node: gs.Node, inputs: list[Info | None]) -> Info | None:
         COUNTS.evaluations += 1
-        attrs = {k: v for k, v in node.attrs.items() if not isinstance(v, (gs.Tensor, gs.Graph))}
+        attrs: dict[str, Any] = {}
+        for name, attr in node.attrs.items():
+            if isinstance(attr, gs.Constant) and math.prod(attr.shape) <= MAX_VALUE_LENGTH:
+                attr = numpy_helper.from_array(np.asarray(self._read(attr)))  # (ConstantOfShape's value, as ONNX's)
+            elif isinstance(attr, (gs.Tensor, gs.Graph)):
+                return None  # (no rule of a value reads a large tensor, a graph or a reference)
+            attrs[name] = attr
         view = NodeView(node.op, inputs, attrs, self._opset, 1, _fresh)
         try:
             outputs = RULES[node.op](view)
