@@ -7,7 +7,9 @@ Concat -> Reshape`` gives ``[batch, seq, 12, 64]``, not four unknowns) and asks 
 plugin handlers about custom-domain ops, with symbolic dims in the shapes they get. Where neither knows an
 output (an op without a rule, a control-flow op), the answer of ONNX's own inference (run once first, through
 :func:`gsrewrite.shapes.handlers.onnx_and_handlers`) is used, its unnamed dims becoming fresh
-symbols. A dim ONNX knows statically wins over an expression.
+symbols. A dim ONNX knows statically wins over an expression (from the first walk on when the model given is ONNX's
+inference: ``onnx_dims``). An output a rule found only by assuming something of the sizes (see
+:mod:`gsrewrite.shapes.rules`), and whatever is computed from it, is marked not exact (``Info.exact``).
 
 Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
 ``INPUT_AXIS`` symbol) or from the caller (:mod:`gsrewrite.shapes.input_shapes`: ``ids:2,seq`` sets an input's
