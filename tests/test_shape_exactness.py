@@ -63,11 +63,10 @@ def test_a_small_slice_bound_inside_a_symbolic_dim_is_an_assumption():
 def test_proving_gives_unknown_elements_instead_of_assumptions():
     from onnx_graphsurgeon import import_onnx
 
-    from gsrewrite.graph.core import constant_values
     from gsrewrite.shapes.graph_values import GraphValues
 
     graph = import_onnx(model_from_text(MODEL, initializers=INTS))
-    values = GraphValues(graph, constant_values)
+    values = GraphValues(graph)
     by_name = {t.name: values.get(t) for n in graph.nodes for t in n.outputs}
     batch = symdim.sym("batch")
     assert by_name["exact_q"].value == batch  # type: ignore[union-attr]
@@ -98,7 +97,6 @@ def test_graph_values_read_a_constant_of_shape_fill():
     default 0 (legacy exports build ``-1`` vectors this way to compare a shape with)."""
     from onnx_graphsurgeon import import_onnx
 
-    from gsrewrite.graph.core import constant_values
     from gsrewrite.shapes.graph_values import GraphValues
 
     model = model_from_text("""
@@ -109,6 +107,6 @@ def test_graph_values_read_a_constant_of_shape_fill():
         minus = Mul (filled, minus_one)
     }""", initializers=INTS)
     graph = import_onnx(model)
-    values = GraphValues(graph, constant_values)
+    values = GraphValues(graph)
     assert {t.name: values.get(t).value for n in graph.nodes for t in n.outputs} == {  # type: ignore[union-attr]
         "s": [symdim.sym("batch"), 8], "n": [2], "filled": [7, 7], "minus": [-7, -7]}

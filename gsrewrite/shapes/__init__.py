@@ -17,5 +17,5 @@
 
 It walks ONNX protos and onnx-graphsurgeon graphs (a shape handler gets an onnx-graphsurgeon node, as the hook
 says) and imports nothing of :mod:`gsrewrite.graph` (conversion, folding, rewiring), which sits above it
-(docs/design.md, "Layers"): the graph walk is handed the reader of a constant's values.
+(docs/design.md, "Layers").
 """

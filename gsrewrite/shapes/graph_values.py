@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 from onnx import numpy_helper
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from gsrewrite.shapes import symdim
 from gsrewrite.shapes.handlers import STANDARD_DOMAINS
@@ -42,9 +42,6 @@ UNNAMED = "\x00"
 _STANDARD = frozenset({*STANDARD_DOMAINS, None})
 #: Ops whose output value reads its input's dims, not only its values.
 _DIM_READERS = frozenset({"Shape", "Size"})
-
-#: A constant's values as an array (the caller's reader: it may leave lazily read weights unread).
-ReadConstant = Callable[[gs.Constant], np.ndarray]
 
 
 @dataclass
@@ -78,9 +75,8 @@ def named(element: object) -> str | None:
 class GraphValues:
     """The values of ``graph``'s tensors (see the module docstring); :meth:`refresh` brings them up to date."""
 
-    def __init__(self, graph: gs.Graph, read_constant: ReadConstant) -> None:
+    def __init__(self, graph: gs.Graph) -> None:
         self._graph = weakref.ref(graph)
-        self._read = read_constant
         #: id(tensor) -> what the rules found for it (node outputs with a value only)
         self.values: dict[int, Info] = {}
         #: the nodes whose output has a value, in the graph's order, with that output's info
@@ -154,7 +150,7 @@ class GraphValues:
         info = Info(_onnx_dtype(tensor.dtype), shape)
         if math.prod(shape) > MAX_VALUE_LENGTH:
             return info  # (a weight: not kept, its storage is left alone)
-        array = self._read(tensor)
+        array = _small_values(tensor)
         if array.dtype.kind in "biu":
             info.value = constant_value(array)
             info.has_value = info.value is not None
@@ -173,7 +169,7 @@ class GraphValues:
         attrs: dict[str, Any] = {}
         for name, attr in node.attrs.items():
             if isinstance(attr, gs.Constant) and math.prod(attr.shape) <= MAX_VALUE_LENGTH:
-                attr = numpy_helper.from_array(np.asarray(self._read(attr)))  # (ConstantOfShape's value, as ONNX's)
+                attr = numpy_helper.from_array(_small_values(attr))  # (ConstantOfShape's value, as ONNX's)
             elif isinstance(attr, (gs.Tensor, gs.Graph)):
                 return None  # (no rule of a value reads a large tensor, a graph or a reference)
             attrs[name] = attr
@@ -197,19 +193,26 @@ def _same(a: tuple, b: tuple) -> bool:
     return True
 
 
-def graph_values(graph: gs.Graph, read_constant: ReadConstant) -> GraphValues:
+def graph_values(graph: gs.Graph) -> GraphValues:
     """The values of ``graph`` (one walk, kept with the graph: see the module docstring), brought up to date."""
     known: GraphValues | None = _KEPT.get(id(graph))
     if known is not None and known._graph() is graph:
         known.refresh()
         return known
-    made = GraphValues(graph, read_constant)
+    made = GraphValues(graph)
     _KEPT[id(graph)] = made
     weakref.finalize(graph, _KEPT.pop, id(graph), None)
     return made
 
 
 _KEPT: dict[int, GraphValues] = {}
+
+
+def _small_values(tensor: gs.Constant) -> np.ndarray:
+    """A small constant's values, its lazy storage left in place (onnx-graphsurgeon's ``values`` would replace it by
+    the array, and the export would then write the array back instead of the original tensor)."""
+    stored = tensor._values
+    return np.asarray(stored.load() if isinstance(stored, LazyValues) else stored)
 
 
 def _fresh(hint: str) -> symdim.Expr:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import onnx_graphsurgeon as gs
 
-from gsrewrite.graph.core import constant_values
 from gsrewrite.graph.evaluate import slice_bounds
 from gsrewrite.shapes import symdim
 from gsrewrite.shapes.graph_values import dim_of, graph_values, named
@@ -76,7 +75,7 @@ def readable(element: Element) -> bool:
 
 def propagate(graph: gs.Graph) -> ShapeValues:
     """Symbolic values of the integer tensors computed by ``graph``'s nodes (the engine's, as they stand now)."""
-    engine = graph_values(graph, constant_values)
+    engine = graph_values(graph)
     result = ShapeValues()
     values = result.values
     for node, info in engine.found:

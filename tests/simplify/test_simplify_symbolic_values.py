@@ -156,15 +156,14 @@ def test_values_kept_current_equal_a_fresh_walk():
     (an input rewired to a constant, an attribute changed, a dim renamed) they are a fresh walk's."""
     import onnx_graphsurgeon as gs
 
-    from gsrewrite.graph.core import constant_values
     from gsrewrite.shapes.graph_values import COUNTS, GraphValues, graph_values
 
     graph = to_graph(model_from_text(ROUNDS_MODEL, initializers=INTS | {"two_four": np.array([2, 4], np.int64)}))
-    kept = graph_values(graph, constant_values)
+    kept = graph_values(graph)
     nodes = {n.outputs[0].name: n for n in graph.nodes}
     assert kept.get(nodes["back"].outputs[0]).value == symdim.sym("batch")  # type: ignore[union-attr]
     before = dataclasses.replace(COUNTS)
-    assert graph_values(graph, constant_values) is kept
+    assert graph_values(graph) is kept
     assert (COUNTS.walks, COUNTS.evaluations) == (before.walks, before.evaluations)
 
     nodes["n"].inputs[1] = gs.Constant("zero_again", np.array(0, np.int64))  # n now reads batch, not seq
@@ -174,11 +173,11 @@ def test_values_kept_current_equal_a_fresh_walk():
     def values(found):
         return {t.name: getattr(found.get(t), "value", None) for n in graph.nodes for t in n.outputs}
 
-    current = values(graph_values(graph, constant_values))
-    assert current == values(GraphValues(graph, constant_values))
+    current = values(graph_values(graph))
+    assert current == values(GraphValues(graph))
     assert current["n"] == 3 and current["back"] == 3 and current["target"] == [3, 3, 2, 4]
     assert current["flat"] == [3, -1]
     nodes["b"].attrs["axis"] = 1  # out of range (an attribute alone changed): b is not known
-    current = values(graph_values(graph, constant_values))
-    assert current == values(GraphValues(graph, constant_values))
+    current = values(graph_values(graph))
+    assert current == values(GraphValues(graph))
     assert current["b"] is None and current["target"] is None
