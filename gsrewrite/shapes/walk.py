@@ -139,7 +139,7 @@ def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = No
     check_declared(given, (i for i in model.graph.input if i.name not in initializers))
     walk = _Walk(model, given)
     if onnx_dims:
-        walk.onnx_static = _static_dims(model.graph)
+        walk.onnx_types = {vi.name: vi for vi in (*model.graph.value_info, *model.graph.output)}
     walk.run()
     if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
         check_names(InputShapes(bindings=given.bindings, shapes={n: given.shapes[n] for n in given.shapes
@@ -164,8 +164,8 @@ class _Walk:
         self._opset = self.opsets.get("", 0)
         self._fresh = self.fresh
         self.bindings: dict[str, int] = dict(given.bindings)
-        #: tensor -> its dims as the model's value_info gives them, the static ones only (None elsewhere)
-        self.onnx_static: dict[str, list[int | None]] = {}
+        #: tensor -> its type in the model's value_info (``onnx_dims``: ONNX's inference, whose static dims win)
+        self.onnx_types: dict[str, onnx.ValueInfoProto] = {}
         #: how deep in If/Loop/Scan bodies this walk is (a body is walked by a walk of its own)
         self.depth = 0
         #: body nodes the walks may still visit, shared by every body's walk (a Loop walks its body twice: nested
@@ -352,8 +352,8 @@ class _Walk:
                 continue
             info = outputs[index] if outputs is not None and index < len(outputs) else None
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
-            if self.onnx_static and name in self.onnx_static:
-                merged = _with_static(merged, self.onnx_static[name])
+            if self.onnx_types and merged.shape and any(map(_COMPOUND, merged.shape)) and name in self.onnx_types:
+                merged = _with_static(merged, self.onnx_types[name])
             if info is None or info.shape is None or any(map(_IS_NONE, info.shape)):
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
             if not self._incomplete and _incomplete(merged):
@@ -624,29 +624,27 @@ MAX_BODY_WORK = 200_000
 _UNBOUNDED_TRIPS = 2**31
 
 
-def _static_dims(graph: onnx.GraphProto) -> dict[str, list[int | None]]:
-    """Tensor -> the dims its value_info (or output declaration) gives statically (None for the others), for the
-    tensors that have one."""
-    found: dict[str, list[int | None]] = {}
-    for value_info in (*graph.value_info, *graph.output):
-        tensor_type = value_info.type.tensor_type
-        if not tensor_type.HasField("shape"):
-            continue
-        dims = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None
-                for d in tensor_type.shape.dim]
-        if any(d is not None for d in dims):
-            found.setdefault(value_info.name, dims)
-    return found
+def _compound(dim: Dim) -> bool:
+    """Whether ``dim`` is unknown or an expression of more than one symbol (a sum, a floor division, ...), where the
+    rules may know less than ONNX's inference: an int or one symbol is as precise as a dim gets."""
+    return dim is None or (isinstance(dim, Expr) and symdim.symbol_name(dim) is None)
 
 
-def _with_static(info: Info, static: list[int | None]) -> Info:
-    """``info`` with the static dims ONNX gives in place of its own (an expression, or unknown)."""
+_COMPOUND = _compound
+
+
+def _with_static(info: Info, value_info: onnx.ValueInfoProto) -> Info:
+    """``info`` with the dims ``value_info`` gives statically in place of its own expressions."""
     shape = info.shape
-    if shape is None or len(shape) != len(static) or \
-            all(o is None or isinstance(d, int) for d, o in zip(shape, static, strict=True)):
+    declared = value_info.type.tensor_type.shape.dim
+    if shape is None or len(declared) != len(shape):
         return info
-    dims: Shape = [o if o is not None and not isinstance(d, int) else d for d, o in zip(shape, static, strict=True)]
-    return dataclasses.replace(info, shape=dims)
+    dims: Shape = list(shape)
+    changed = False
+    for axis, (mine, theirs) in enumerate(zip(shape, declared, strict=True)):
+        if not isinstance(mine, int) and theirs.HasField("dim_value") and theirs.dim_value >= 0:
+            dims[axis], changed = int(theirs.dim_value), True
+    return dataclasses.replace(info, shape=dims) if changed else info
 
 
 def _named(dim_param: str) -> bool:
