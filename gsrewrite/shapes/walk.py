@@ -50,6 +50,16 @@ SMALL_CONSTANT = MAX_VALUE_LENGTH
 
 
 @dataclass
+class WalkCounts:
+    """Model walks made in this process (a model's If/Loop/Scan bodies are part of its walk)."""
+
+    walks: int = 0
+
+
+COUNTS = WalkCounts()
+
+
+@dataclass
 class SymbolicShapes:
     """The result: what is known of every tensor of the main graph."""
 
@@ -232,6 +242,7 @@ class _Walk:
 
     # the walk ------------------------------------------------------------------------------------
     def run(self) -> None:
+        COUNTS.walks += 1
         graph = self.model.graph
         self.bindings = self._given_bindings(graph, {t.name for t in graph.initializer})
         for init in graph.initializer:
