@@ -27,7 +27,7 @@ def infer_shapes(model: onnx.ModelProto, *, data_prop: bool = True) -> onnx.Mode
     if not missing and not vague:
         return inferred
     try:
-        walked = infer_symbolic(inferred)
+        walked = infer_symbolic(inferred, onnx_dims=True)  # (ONNX's static dims win over the rules' expressions)
     except Exception as exc:
         log.info("symbolic shape walk failed (%s); keeping ONNX's types", exc)
         return inferred

@@ -5,6 +5,13 @@ arithmetic exporters emit, :mod:`gsrewrite.shapes.values`) from the inputs', wit
 A rule gets a :class:`NodeView` and returns one :class:`Info` per output, ``None`` where it cannot tell; the
 engine (:mod:`gsrewrite.shapes.walk`) falls back to ONNX's own inference there. Rules never raise
 on odd input: a shape they do not understand is "unknown", not an error.
+
+A rule that takes a dim or an element to hold where it holds only for some sizes (a small Slice bound inside a
+symbolic dim, a symbolic count taken as >= 0, a truncation taken as a floor) passes it through
+:func:`gsrewrite.shapes.values.assumed`: the walk marks that output not exact (:attr:`Info.exact`), and under
+:func:`gsrewrite.shapes.values.proving` the dim or element is unknown instead. Everything else a rule computes
+holds for every size of the symbols, on a model that runs (broadcasting dims that agree, a Reshape whose ``-1``
+divides).
 """
 
 from __future__ import annotations
@@ -42,6 +49,9 @@ class Info:
     has_value: bool = False
     #: the elements of a small float constant as they are stored (Resize scales)
     floats: list[float] | None = None
+    #: the shape and value hold for every size of the symbols: no rule assumed anything to find them, here or in
+    #: the tensors they come from (see :func:`gsrewrite.shapes.values.assumed`)
+    exact: bool = True
 
     @staticmethod
     def of_value(dtype: int, value: Value) -> Info:
@@ -635,7 +645,7 @@ def _clamp_index(value: Dim, dim: DimValue, low: int, high: DimValue) -> Dim:
         return low
     resolved = dim_add(dim, value) if value < 0 else value
     if abs(value) <= _SMALL_BOUND:
-        return resolved
+        return resolved if isinstance(dim, int) else values.assumed(resolved)  # (taken to lie inside the dim)
     return dim_max(dim_min(resolved, high), low)
 
 
@@ -655,7 +665,9 @@ def _slice_length(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
         if begin is None or stop is None:
             return None
         length = ceil_div(dim_sub(begin, stop), -step)
-    return max(length, 0) if isinstance(length, int) else length
+    if isinstance(length, int):
+        return max(length, 0)
+    return length if values.sum_of_dims(length) else values.assumed(length)  # (a symbolic length taken as >= 0)
 
 
 @rule("Slice")
@@ -793,6 +805,8 @@ def _range(view: NodeView) -> list[Info | None]:
     length = None if steps is None or isinstance(delta, Expr) else values.ceil(steps)
     if isinstance(length, int):
         length = max(length, 0)
+    elif isinstance(length, Expr) and not values.sum_of_dims(length):
+        length = values.assumed(length)  # (a symbolic count taken as >= 0)
     if not isinstance(length, (int, Expr)):
         return [Info(view.dtype(0), [None])]
     out = Info(view.dtype(0), [length])
@@ -935,8 +949,8 @@ def _scaled(dim: Dim, scale: Any) -> Dim:
             return None
         scale = int(scale)
     scaled = values.mul(dim, scale)
-    result = None if scaled is None else values.floor(scaled)
-    return result if isinstance(result, (int, Expr)) else None
+    result = None if scaled is None else values.floor(scaled)  # (onnxruntime's float32 product taken as exact)
+    return values.assumed(result) if isinstance(result, (int, Expr)) else None
 
 
 @rule("DepthToSpace", "SpaceToDepth")

@@ -12,16 +12,24 @@ is the tensor's, static, of at most :data:`MAX_VALUE_LENGTH` elements). An eleme
 Booleans are 0 and 1. Arithmetic follows ONNX: integer ``Div`` truncates, ``Mod`` takes the divisor's sign,
 ``Cast`` from float truncates; symbols are sizes (>= 0), so a symbolic quotient floors. Nothing here raises on
 odd input: an element that cannot be computed is ``None``.
+
+Where an element holds only for some sizes (a truncating ``Div`` taken as a floor when the numerator might be
+negative, a symbolic divisor taken as nonzero, a symbolic size cast to float taken as exact, an integer past int64
+where ONNX wraps around) it goes through :func:`assumed`: the walk then marks the tensor's value as not proven for
+every size (:attr:`gsrewrite.shapes.rules.Info.exact`), and under :func:`proving` the element is unknown instead
+(the simplifier's values become constants: :mod:`gsrewrite.shapes.graph_values`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from onnx import TensorProto
@@ -61,6 +69,70 @@ _FLOAT_EXACT: dict[int, int] = {TensorProto.FLOAT: 2**24, TensorProto.DOUBLE: 2*
                 TensorProto.BFLOAT16: 2**8}
 
 
+#: Values an int64 tensor holds; an integer past them (which ONNX wraps around) is an assumption
+INT64_RANGE = (-(2**63), 2**63 - 1)
+#: Largest sum of coefficients a numerator may have for a truncating ``Div`` to be a floor for every size: the value
+#: stays far from int64's limits (a dim below 2**43, the size of a tensor axis, times this is below 2**63), where a
+#: wrap-around would change a truncation or a sign
+MAX_COEFFICIENTS = 2**20
+
+
+_T = TypeVar("_T")
+
+
+class _Proof(threading.local):
+    """Per thread: whether an assumption gives an unknown element (:func:`proving`), and whether one was made."""
+
+    strict = False
+    made = False
+
+
+_PROOF = _Proof()
+
+
+def assumed(value: _T) -> _T | None:
+    """``value``, which holds only for some sizes: noted (the walk marks the tensor's value inexact), or None
+    under :func:`proving`."""
+    if _PROOF.strict:
+        return None
+    _PROOF.made = True
+    return value
+
+
+@contextlib.contextmanager
+def proving() -> Iterator[None]:
+    """Within: every assumption gives an unknown element, so every value computed is proven for every size."""
+    before = _PROOF.strict
+    _PROOF.strict = True
+    try:
+        yield
+    finally:
+        _PROOF.strict = before
+
+
+def start_assumptions() -> None:
+    """Forget the assumptions noted so far (the walk calls it before each node)."""
+    _PROOF.made = False
+
+
+def assumptions_made() -> bool:
+    """Whether an assumption was noted since :func:`start_assumptions`."""
+    return _PROOF.made
+
+
+def sum_of_dims(value: DimValue) -> bool:
+    """True when ``value`` is a sum of dims (symbols, >= 0) with non-negative coefficients and a small total:
+    never negative, never wrapped around."""
+    if isinstance(value, int):
+        return value >= 0
+    total = 0
+    for monomial, coefficient in value.terms:
+        if coefficient < 0 or len(monomial) > 1 or any(not isinstance(a, symdim.Sym) or p != 1 for a, p in monomial):
+            return False
+        total += coefficient
+    return total <= MAX_COEFFICIENTS
+
+
 def is_int_type(dtype: int) -> bool:
     return dtype in _INT_TYPES
 
@@ -89,10 +161,10 @@ def ratio(num: DimValue, den: DimValue) -> Element:
         if common > 1:
             num, den = symdim.floor_div(num, common), den // common  # exact: common divides every coefficient
         return num if den == 1 else Frac(num, den)
-    quotient = symdim.floor_div(num, den)
+    quotient = symdim.floor_div(num, den)  # (a symbolic divisor is a size taken as > 0)
     if symdim.sub(symdim.mul(quotient, den), num) == 0:
-        return quotient
-    return Frac(num, den)
+        return assumed(quotient)
+    return assumed(Frac(num, den))
 
 
 def add(a: Number, b: Number) -> Element:
@@ -133,15 +205,23 @@ def int_div(a: DimValue, b: DimValue) -> Element:
             return None
         quotient = abs(a) // abs(b)
         return quotient if (a >= 0) == (b > 0) else -quotient
-    return symdim.floor_div(a, b)
+    floored = symdim.floor_div(a, b)
+    # truncation is the floor for a numerator that is never negative over a positive constant
+    return floored if isinstance(b, int) and b > 0 and sum_of_dims(a) else assumed(floored)
 
 
 def floor(a: Number) -> Element:
-    return symdim.floor_div(a.num, a.den) if isinstance(a, Frac) else a
+    if not isinstance(a, Frac):
+        return a
+    floored = symdim.floor_div(a.num, a.den)
+    return floored if isinstance(a.den, int) else assumed(floored)
 
 
 def ceil(a: Number) -> Element:
-    return symdim.ceil_div(a.num, a.den) if isinstance(a, Frac) else a
+    if not isinstance(a, Frac):
+        return a
+    ceiled = symdim.ceil_div(a.num, a.den)
+    return ceiled if isinstance(a.den, int) else assumed(ceiled)
 
 
 def trunc(a: Number) -> Element:
@@ -150,7 +230,7 @@ def trunc(a: Number) -> Element:
         return a
     if isinstance(a.num, int) and isinstance(a.den, int):
         return int(Fraction(a.num, a.den))
-    return symdim.floor_div(a.num, a.den)
+    return assumed(symdim.floor_div(a.num, a.den))  # (a floor: the fraction taken as >= 0)
 
 
 def round_half_even(a: Number) -> Element:
@@ -185,17 +265,18 @@ def compare(op: str, a: Number, b: Number) -> Element:
         return 1
     sign = _difference_sign(a, b)
     if sign is None:
-        if op == "Equal" and _surely_different(a, b):
-            return 0
-        return None
+        return _different(a, b) if op == "Equal" else None
     return int({"Equal": sign == 0, "Less": sign < 0, "Greater": sign > 0, "LessOrEqual": sign <= 0,
                 "GreaterOrEqual": sign >= 0}[op])
 
 
-def _surely_different(a: Number, b: Number) -> bool:
-    """A size (>= 0) never equals a negative constant (exporters test dims against -1)."""
-    return any(isinstance(x, int) and x < 0 and not isinstance(y, int) and not isinstance(y, Frac)
-               for x, y in ((a, b), (b, a)))
+def _different(a: Number, b: Number) -> Element:
+    """0 when a size (>= 0) is compared with a negative constant (exporters test dims against -1), else None; an
+    expression that is not a sum of sizes is taken as one (an assumption)."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, int) and x < 0 and not isinstance(y, int) and not isinstance(y, Frac):
+            return 0 if sum_of_dims(y) else assumed(0)
+    return None
 
 
 def extremum(op: str, a: Number, b: Number) -> Element:
@@ -225,7 +306,8 @@ def cast(a: Number, source: int, target: int) -> Element:
     if is_float_type(target):
         if isinstance(a, int) and abs(a) > _FLOAT_EXACT[target]:
             return None
-        return a
+        return a if isinstance(a, int) or (isinstance(a, Frac) and isinstance(a.num, int)
+                                           and isinstance(a.den, int)) else assumed(a)  # (a size taken as small)
     return None
 
 
@@ -272,9 +354,12 @@ def _guarded(fn: Callable[..., Element]) -> Callable[..., Element]:
         if any(a is None for a in args):
             return None
         try:
-            return fn(*args)
+            result = fn(*args)
         except (ZeroDivisionError, symdim.ExpressionTooLarge, TypeError, ValueError, OverflowError):
             return None
+        if isinstance(result, int) and not INT64_RANGE[0] <= result <= INT64_RANGE[1]:
+            return assumed(result)  # (ONNX wraps around)
+        return result
     return run
 
 
@@ -325,7 +410,8 @@ BINARY: dict[str, Callable[[Number, Number], Element]] = {
 }
 UNARY: dict[str, Callable[[Number], Element]] = {
     "Identity": lambda a: a, "Neg": neg, "Floor": floor, "Ceil": ceil, "Round": round_half_even,
-    "Abs": lambda a: abs(a) if isinstance(a, int) else (None if isinstance(a, Frac) else a),
+    "Abs": lambda a: abs(a) if isinstance(a, int) else (None if isinstance(a, Frac) else
+                                                        a if sum_of_dims(a) else assumed(a)),
 }
 
 
@@ -338,7 +424,9 @@ def _integer_only(fn: Callable[[int, int], int]) -> Callable[[Number, Number], E
 def _mod(a: Number, b: Number) -> Element:
     if isinstance(a, Frac) or isinstance(b, Frac) or b == 0:
         return None
-    return symdim.mod(a, b)
+    remainder = symdim.mod(a, b)
+    # ONNX's integer Mod takes the divisor's sign, as Python's %: symdim's for a positive constant divisor
+    return remainder if isinstance(b, int) and (isinstance(a, int) or b > 0) else assumed(remainder)
 
 
 def _div(integer: bool) -> Callable[[Number, Number], Element]:

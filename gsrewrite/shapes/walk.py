@@ -7,7 +7,9 @@ Concat -> Reshape`` gives ``[batch, seq, 12, 64]``, not four unknowns) and asks 
 plugin handlers about custom-domain ops, with symbolic dims in the shapes they get. Where neither knows an
 output (an op without a rule, a control-flow op), the answer of ONNX's own inference (run once first, through
 :func:`gsrewrite.shapes.handlers.onnx_and_handlers`) is used, its unnamed dims becoming fresh
-symbols. A dim ONNX knows statically wins over an expression.
+symbols. A dim ONNX knows statically wins over an expression (from the first walk on when the model given is ONNX's
+inference: ``onnx_dims``). An output a rule found only by assuming something of the sizes (see
+:mod:`gsrewrite.shapes.rules`), and whatever is computed from it, is marked not exact (``Info.exact``).
 
 Input dims come from the model (``dim_param`` names become symbols, unnamed or ``-1`` dims get a fresh
 ``INPUT_AXIS`` symbol) or from the caller (:mod:`gsrewrite.shapes.input_shapes`: ``ids:2,seq`` sets an input's
@@ -17,6 +19,7 @@ dims, ``seq=128`` binds a symbol everywhere; a name the model does not have is a
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import logging
 import math
@@ -38,11 +41,22 @@ from gsrewrite.shapes.input_shapes import InputShapes, check_declared, check_nam
 from gsrewrite.shapes.input_shapes import parse_input_shapes as parse_input_shapes  # callers' old import path
 from gsrewrite.shapes.rules import MAX_VALUE_LENGTH, RULES, Dim, Info, NodeView, Shape, constant_value
 from gsrewrite.shapes.symdim import DimValue, Expr
+from gsrewrite.shapes.values import assumptions_made, start_assumptions
 
 log = logging.getLogger(__name__)
 
 #: initializers up to this many elements are read (values of shape arithmetic, Resize scales)
 SMALL_CONSTANT = MAX_VALUE_LENGTH
+
+
+@dataclass
+class WalkCounts:
+    """Model walks made in this process (a model's If/Loop/Scan bodies are part of its walk)."""
+
+    walks: int = 0
+
+
+COUNTS = WalkCounts()
 
 
 @dataclass
@@ -122,15 +136,20 @@ def _dtype_name(dtype: int) -> str | None:
 
 
 # the walk ----------------------------------------------------------------------------------------
-def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None) -> SymbolicShapes:
+def infer_symbolic(model: onnx.ModelProto, input_shapes: InputShapes | None = None, *,
+                   onnx_dims: bool = False) -> SymbolicShapes:
     """Symbolic shapes of every main-graph tensor of ``model`` (see the module docstring); the model is not
-    modified."""
+    modified. ``onnx_dims``: the model's ``value_info`` is ONNX's inference (as :func:`gsrewrite.shapes.inference.
+    infer_shapes` hands it over), and a dim it gives statically wins over the rules' expression from the first walk
+    on (without it, only once ONNX's inference is run as the fallback)."""
     given = input_shapes or InputShapes()
     initializers = {t.name for t in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in initializers]  # (a weight's shape may be given)
     check_names(InputShapes({n: d for n, d in given.shapes.items() if n not in initializers}), inputs, ())
     check_declared(given, (i for i in model.graph.input if i.name not in initializers))
     walk = _Walk(model, given)
+    if onnx_dims:
+        walk.onnx_types = {vi.name: vi for vi in (*model.graph.value_info, *model.graph.output)}
     walk.run()
     if given.bindings:  # a symbol of the model: declared, or met by the walk (ONNX's unk__N too)
         check_names(InputShapes(bindings=given.bindings, shapes={n: given.shapes[n] for n in given.shapes
@@ -155,6 +174,8 @@ class _Walk:
         self._opset = self.opsets.get("", 0)
         self._fresh = self.fresh
         self.bindings: dict[str, int] = dict(given.bindings)
+        #: tensor -> its type in the model's value_info (``onnx_dims``: ONNX's inference, whose static dims win)
+        self.onnx_types: dict[str, onnx.ValueInfoProto] = {}
         #: how deep in If/Loop/Scan bodies this walk is (a body is walked by a walk of its own)
         self.depth = 0
         #: body nodes the walks may still visit, shared by every body's walk (a Loop walks its body twice: nested
@@ -221,6 +242,7 @@ class _Walk:
 
     # the walk ------------------------------------------------------------------------------------
     def run(self) -> None:
+        COUNTS.walks += 1
         graph = self.model.graph
         self.bindings = self._given_bindings(graph, {t.name for t in graph.initializer})
         for init in graph.initializer:
@@ -319,21 +341,30 @@ class _Walk:
                 self._read_early.add(name)
             inputs.append(found)
         outputs: list[Info | None] | None = None
+        exact = False
         try:
             if not domain:
                 rule = RULES.get(op)
                 if rule is not None:
+                    start_assumptions()
                     outputs = rule(NodeView(op, inputs, attrs, self._opset, len(output_names), self._fresh))
+                    exact = not assumptions_made() and all(i is None or i.exact for i in inputs)
             elif domain not in STANDARD_DOMAINS:
-                outputs = self._ask_handlers(node, inputs, attrs)
+                outputs = self._ask_handlers(node, inputs, attrs)  # (a plugin's answer: not proven here)
         except Exception as exc:  # a rule meeting a shape it did not expect: unknown, not an error
             log.debug("shape rule for %s (%s) failed: %s", node.name, op, exc)
+        if outputs is not None and not exact:
+            for out in outputs:
+                if out is not None:
+                    out.exact = False
         baseline = self.baseline
         for index, name in enumerate(output_names):
             if not name:
                 continue
             info = outputs[index] if outputs is not None and index < len(outputs) else None
             merged = self._merge(info, baseline.get(name)) if baseline or info is None else info
+            if self.onnx_types and merged.shape and any(map(_COMPOUND, merged.shape)) and name in self.onnx_types:
+                merged = _with_static(merged, self.onnx_types[name])
             if info is None or info.shape is None or any(map(_IS_NONE, info.shape)):
                 self.fallback_ops[op] = self.fallback_ops.get(op, 0) + 1
             if not self._incomplete and _incomplete(merged):
@@ -360,6 +391,8 @@ class _Walk:
                     outputs = self._scan(node, inputs, attrs, bodies.get("body"))
         except Exception as exc:  # a body the walk does not understand: unknown, not an error
             log.debug("shape of %s (%s) failed: %s", node.name, node.op_type, exc)
+        if outputs is not None:  # (joined branches, widened loop dims: not proven for every size)
+            outputs = [None if out is None else dataclasses.replace(out, exact=False) for out in outputs]
         for index, name in enumerate(output_names):
             if not name:
                 continue
@@ -542,7 +575,7 @@ class _Walk:
         elif onnx_info.shape is not None and len(onnx_info.shape) == len(shape):
             shape = [o if (d is None or (isinstance(o, int) and not isinstance(d, int))) else d
                      for d, o in zip(shape, onnx_info.shape, strict=True)]
-        return Info(dtype, shape, mine.value, mine.has_value, mine.floats)
+        return Info(dtype, shape, mine.value, mine.has_value, mine.floats, mine.exact)
 
     def _constant_node(self, node: onnx.NodeProto, attrs: dict[str, Any]) -> None:
         for attr in node.attribute:
@@ -600,6 +633,29 @@ MAX_BODY_DEPTH = 8
 MAX_BODY_WORK = 200_000
 #: a Loop trip count this large is a while loop's (exporters write INT64_MAX)
 _UNBOUNDED_TRIPS = 2**31
+
+
+def _compound(dim: Dim) -> bool:
+    """Whether ``dim`` is unknown or an expression of more than one symbol (a sum, a floor division, ...), where the
+    rules may know less than ONNX's inference: an int or one symbol is as precise as a dim gets."""
+    return dim is None or (isinstance(dim, Expr) and symdim.symbol_name(dim) is None)
+
+
+_COMPOUND = _compound
+
+
+def _with_static(info: Info, value_info: onnx.ValueInfoProto) -> Info:
+    """``info`` with the dims ``value_info`` gives statically in place of its own expressions."""
+    shape = info.shape
+    declared = value_info.type.tensor_type.shape.dim
+    if shape is None or len(declared) != len(shape):
+        return info
+    dims: Shape = list(shape)
+    changed = False
+    for axis, (mine, theirs) in enumerate(zip(shape, declared, strict=True)):
+        if not isinstance(mine, int) and theirs.HasField("dim_value") and theirs.dim_value >= 0:
+            dims[axis], changed = int(theirs.dim_value), True
+    return dataclasses.replace(info, shape=dims) if changed else info
 
 
 def _named(dim_param: str) -> bool:

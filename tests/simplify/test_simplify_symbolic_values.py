@@ -3,6 +3,8 @@ dims fold where they cancel or are provably never negative, and only exact arith
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 
@@ -116,3 +118,69 @@ def test_products_past_the_degree_bound_are_untracked():
         power = symdim.mul(power, symdim.sym("batch"))
     assert values["p4"] == (power,)
     assert values["p5"] == (None,)
+
+
+ROUNDS_MODEL = """
+g (float[batch, seq, 8] x) => (float[batch, seq, 2, 4] y, float[batch, ?] z) {
+    s = Shape (x)
+    b = Gather <axis = 0> (s, zero)
+    n = Gather <axis = 0> (s, one)
+    bu = Unsqueeze (b, axes)
+    nu = Unsqueeze (n, axes)
+    target = Concat <axis = 0> (bu, nu, two_four)
+    i = Identity (x)
+    y = Reshape (i, target)
+    sum = Add (b, n)
+    back = Sub (sum, n)
+    back_u = Unsqueeze (back, axes)
+    flat = Concat <axis = 0> (back_u, minus_one)
+    z = Reshape (x, flat)
+}"""
+
+
+def test_simplify_walks_each_graph_once(simplified):
+    """The shape values of a simplify run come from one walk of the graph: fold-shapes asks for them in every round
+    it runs, and each later ask brings the same values up to date. The graph import walks the model at most once
+    more (only where ONNX's inference leaves a type or dim unknown: here, the Reshape whose target is computed);
+    validation, left out here, walks the models it plans inputs for on its own."""
+    from gsrewrite.shapes import graph_values, walk
+
+    model = model_from_text(ROUNDS_MODEL, initializers=INTS | {"two_four": np.array([2, 4], np.int64)})
+    before, model_walks = dataclasses.replace(graph_values.COUNTS), walk.COUNTS.walks
+    result = simplified(model, validate=False)
+    walks, asks = graph_values.COUNTS.walks - before.walks, graph_values.COUNTS.refreshes - before.refreshes
+    assert result.counts.get("fold-shapes") and result.rounds >= 2
+    assert walks == 1 and asks >= 2, (walks, asks)
+    assert walk.COUNTS.walks - model_walks <= 1
+
+
+def test_values_kept_current_equal_a_fresh_walk():
+    """Asked again, the values evaluate only the nodes that changed (none: no evaluation); after the graph changes
+    (an input rewired to a constant, an attribute changed, a dim renamed) they are a fresh walk's."""
+    import onnx_graphsurgeon as gs
+
+    from gsrewrite.shapes.graph_values import COUNTS, GraphValues, graph_values
+
+    graph = to_graph(model_from_text(ROUNDS_MODEL, initializers=INTS | {"two_four": np.array([2, 4], np.int64)}))
+    kept = graph_values(graph)
+    nodes = {n.outputs[0].name: n for n in graph.nodes}
+    assert kept.get(nodes["back"].outputs[0]).value == symdim.sym("batch")  # type: ignore[union-attr]
+    before = dataclasses.replace(COUNTS)
+    assert graph_values(graph) is kept
+    assert (COUNTS.walks, COUNTS.evaluations) == (before.walks, before.evaluations)
+
+    nodes["n"].inputs[1] = gs.Constant("zero_again", np.array(0, np.int64))  # n now reads batch, not seq
+    nodes["sum"].inputs[1] = nodes["b"].outputs[0]  # sum = 2 * batch
+    nodes["s"].inputs[0].shape = [3, "seq", 8]
+
+    def values(found):
+        return {t.name: getattr(found.get(t), "value", None) for n in graph.nodes for t in n.outputs}
+
+    current = values(graph_values(graph))
+    assert current == values(GraphValues(graph))
+    assert current["n"] == 3 and current["back"] == 3 and current["target"] == [3, 3, 2, 4]
+    assert current["flat"] == [3, -1]
+    nodes["b"].attrs["axis"] = 1  # out of range (an attribute alone changed): b is not known
+    current = values(graph_values(graph))
+    assert current == values(GraphValues(graph))
+    assert current["b"] is None and current["target"] is None
