@@ -184,14 +184,30 @@ def test_the_long_set_is_dropped_first_when_over_budget():
 
 def test_a_concat_doubling_model_fails_fast_with_the_largest_tensor_named(tmp_path):
     onnx.save(concat_doubling(30), tmp_path / "boom.onnx")
+    # a watcher thread records when the peak grew and which threads ran then: the RSS bound failed in some
+    # full-suite runs (1.2-1.4 GB) with every stage's own peak at 0.11 GB, never alone; the next failure says when
     script = f"""
-import resource, sys
+import resource, sys, threading, time
 from gsrewrite.cli import main
+grew = []
+def watch():
+    last = 0
+    while True:
+        now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if now > last + 100_000:
+            names = [t.name for t in threading.enumerate()]
+            grew.append(f"t={{time.perf_counter() - start:.3f}} s rss={{now}} KB threads={{names}}")
+            last = now
+        time.sleep(0.002)
+start = time.perf_counter()
+threading.Thread(target=watch, daemon=True, name="rss-watch").start()
 try:
     main(["optimize", {str(tmp_path / 'boom.onnx')!r}, "-o", {str(tmp_path / 'out.onnx')!r}, "-v"])
 except SystemExit as exc:
     code = exc.code
+time.sleep(0.01)
 usage = resource.getrusage(resource.RUSAGE_SELF)
+print("\\n".join(grew), file=sys.stderr)
 print(code, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, file=sys.stderr)
 """
     # timeout: a hang guard (the command takes about 2 s), not a bound on speed
