@@ -5,7 +5,17 @@ converter onnxruntime ships), with the graph's inputs and outputs kept float32 b
 and these left in float32: the converter's own list, ops whose precision or range fp16 cannot hold (Range,
 the reductions that sum or multiply many values, Pow and Exp-based ops whose results overflow 65504, and
 CumSum), plus every node reading a weight outside fp16's range (reported: such weights stay float32 instead of
-being clipped). Casts appear only where a float32 region meets a float16 one.
+being clipped). Casts appear only where a float32 region meets a float16 one. Values between 1e4 and 65504 are
+kept (the converter's own default would clip them to 1e4).
+
+A mask's fill value is the exception to keeping: exporters fill masked scores with float32's lowest (-3.4e38), a
+stand-in for minus infinity. Kept float32 it became -inf at the Cast into the float16 attention, and a query whose
+keys are all masked (a padded query row) then gave NaN in GroupQueryAttention, NaN that later steps read back from
+the cache (0 x NaN). Small float tensors whose values are in fp16's range or at least :data:`FILL_BEYOND` in
+magnitude are written with those at fp16's largest finite magnitude instead, reported. Such a row still differs
+from the original's (float32's lowest absorbs every score, 65504 only those below 16: the original attends
+uniformly, fp16 does not), which is what the ``unpadded-queries`` contract gives up: fp16 of a GroupQueryAttention
+decoder validates under it.
 
 ``bf16`` stores each float weight as bfloat16 with a Cast back to float (onnxruntime folds it when the session
 loads): half the file, float32 compute, runs wherever the original does.
@@ -28,6 +38,10 @@ from gsrewrite.plugin_api import Tolerance, UsageError
 from gsrewrite_builtins.compression.common import Compressed, consumers, initializer_map, named_copy, unique_name
 
 FP16_MAX = 65504.0
+#: a float32 value at least this large in magnitude is a stand-in for infinity (a mask's fill value)
+FILL_BEYOND = 1e30
+#: the largest tensor (elements) read as fill values
+FILL_ELEMENTS = 4096
 #: ops kept float32 besides the converter's list
 KEEP_FP32 = ("Range", "ReduceSum", "ReduceProd", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "CumSum",
              "Pow", "Exp", "Softplus", "ReduceL1", "Einsum")
@@ -54,11 +68,20 @@ class Float16:
         graph = source.graph
         inits = initializer_map(graph)
         out_of_range: list[str] = []
+        fills: dict[str, onnx.TensorProto] = {}  # name -> the tensor as it was (restored after the conversion)
         for tensor in inits.values():
             if tensor.data_type != onnx.TensorProto.FLOAT:
                 continue
             values = numpy_helper.to_array(tensor)
-            if values.size and float(np.abs(values).max()) > FP16_MAX:
+            if not values.size or float(np.abs(values).max()) <= FP16_MAX:
+                continue
+            magnitude = np.abs(values)
+            if values.size <= FILL_ELEMENTS and bool(np.all((magnitude <= FP16_MAX) | (magnitude >= FILL_BEYOND))):
+                fills[tensor.name] = onnx.TensorProto()
+                fills[tensor.name].CopyFrom(tensor)
+                clipped = np.clip(values, -FP16_MAX, FP16_MAX).astype(np.float32)
+                tensor.CopyFrom(numpy_helper.from_array(clipped, tensor.name))
+            else:
                 out_of_range.append(tensor.name)
         if out_of_range:
             wanted = set(out_of_range)
@@ -71,7 +94,7 @@ class Float16:
             with contextlib.redirect_stdout(io.StringIO()):
                 return float16.convert_float_to_float16(
                     model_in, keep_io_types=keep_io, op_block_list=op_block, node_block_list=sorted(blocked_nodes),
-                    disable_shape_infer=not shape_infer)
+                    disable_shape_infer=not shape_infer, max_finite_val=FP16_MAX)
 
         try:
             try:
@@ -88,6 +111,8 @@ class Float16:
                 from None
         finally:
             quiet.setLevel(level)
+            for name, tensor in fills.items():  # the model given is left as it came
+                inits[name].CopyFrom(tensor)
         casts = sum(1 for n in converted.graph.node if n.op_type == "Cast") - \
             sum(1 for n in model.graph.node if n.op_type == "Cast")
         notes = [f"float16 compute; inputs/outputs {'kept float32' if keep_io else 'float16'}; "
@@ -95,6 +120,9 @@ class Float16:
         kept_ops = sorted({n.op_type for n in model.graph.node if n.op_type in op_block})
         if kept_ops:
             notes.append("kept float32: " + ", ".join(kept_ops))
+        if fills:
+            notes.append(f"{len(fills)} mask fill value(s) beyond float16's range written as +-{FP16_MAX:g}: "
+                         + ", ".join(sorted(fills)[:5]))
         if out_of_range:
             notes.append(f"{len(out_of_range)} weight(s) beyond float16's range kept float32: "
                          + ", ".join(out_of_range[:5]))
