@@ -56,7 +56,8 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
     made: list[str] = []
     steps: list[CandidateInputs] = []
     for name in names:
-        ways = _ways(name, model, signature, original, (max_length, positions or max_length, contracts), seed)
+        ways = _ways(name, model, signature, original, (max_length, positions or max_length, contracts), seed,
+                     (validation or {}).get("tokenizer"))
         if isinstance(ways, str):
             log.warning("contract %s not applied: %s", name, ways)
             result.skipped[name] = ways
@@ -85,15 +86,17 @@ Way = tuple[str, Callable[[], tuple[onnx.ModelProto, "CandidateInputs"]]]
 
 
 def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, original: onnx.ModelProto,
-          lengths: tuple[int | None, int | None, Sequence[str]], seed: int) -> list[Way] | str:
+          lengths: tuple[int | None, int | None, Sequence[str]], seed: int, tokenizer: str | None = None
+          ) -> list[Way] | str:
     """The ways to make ``model`` follow the contract ``name``, in the order tried; or why there is none.
-    ``lengths``: the shared buffer's length, the longest sequence run and the contracts accepted."""
+    ``lengths``: the shared buffer's length, the longest sequence run and the contracts accepted; ``tokenizer``: the
+    int8 cache is calibrated on real text too (validation feeds it)."""
     from gsrewrite.pipelines.kv_int8 import MARGINS, calibrate, quantize_kv_cache
     from gsrewrite.validation.candidate_inputs import QuantizedCache
 
     if name == "shared-kv-buffer":
         return _buffer_ways(model, signature, *lengths)
-    largest = calibrate(model, signature, original, seed)
+    largest = calibrate(model, signature, original, seed, tokenizer)
     if isinstance(largest, str):
         return largest
 
