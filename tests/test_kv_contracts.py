@@ -35,7 +35,7 @@ def _inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
 def test_shared_buffer_and_int8_cache_are_made_validated_and_stated(both: object) -> None:
     result = both
     assert result.contracts == sorted(ALL) and result.validation.ok  # type: ignore[attr-defined]
-    # the int8 cache's room: 2.5x is tried first (real text needs it), this tiny decoder validates at 2x
+    # the int8 cache's room: 2.5x is tried first (real text needs it), this tiny decoder validates at 1.25x
     assert set(result.dropped) == {"int8-kv-cache (2.5x room)"}  # type: ignore[attr-defined]
     assert result.validation.criterion.min_cosine == 0.99  # type: ignore[attr-defined]  # int8: a compression's
     model = result.model  # type: ignore[attr-defined]

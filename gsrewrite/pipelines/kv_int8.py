@@ -8,10 +8,10 @@ it (a value beyond is clipped). Random ids understate real text: SmolLM2's keys 
 reach 3.6x the largest of a 64-token random prefill. So with a tokenizer (``--tokenizer``, which also makes
 validation feed real text) a prefill of :data:`TEXT_TOKENS` tokens of text is calibrated on too. The room is tried
 in the order of :data:`MARGINS`, the first whose result validates kept (headroom first, for text the calibration
-did not show): on SmolLM2 with real-text validation, random-only calibration validated at no room (2.5x: logits
-cosine 0.94 on a prefill; 1.25x: 14 outputs off); with text calibrated too, 2x validates (2.5x misses a prefill's
-logits at cosine 0.947, 1.25x one present at 0.98899); without a tokenizer SmolLM2 validates at 2.5x and the tiny
-test decoder at 1.25x. The cache takes a quarter of the float32 memory; the outputs move by int8 rounding, so the
+did not show; then the finer 1.25x; then 2x between them): on SmolLM2 with real-text validation, random-only
+calibration validated at no room (2.5x: logits cosine 0.94 on a prefill; 1.25x: 14 outputs off); with text
+calibrated too, 2x validates (2.5x misses a prefill's logits at cosine 0.947, 1.25x one present at 0.98899);
+without a tokenizer SmolLM2 validates at 2.5x and the tiny test decoder at 1.25x. The cache takes a quarter of the float32 memory; the outputs move by int8 rounding, so the
 result is validated with a compression's tolerance (:data:`TOLERANCE`), never with float32's, and a model no room
 fits is dropped with the verdict.
 """
@@ -35,7 +35,7 @@ CALIBRATION_TOKENS = 64
 #: real text's tokens the calibration prefill also runs when a tokenizer is given (validation then feeds text too)
 TEXT_TOKENS = 256
 #: the room above a channel's largest calibrated magnitude, in the order tried (see the module docstring)
-MARGINS = (2.5, 2.0, 1.25)
+MARGINS = (2.5, 1.25, 2.0)
 #: what the validation of an int8 cache holds it to (validate's keyword arguments): compression's int8 tolerance
 TOLERANCE = {"min_cosine": 0.99, "min_agreement": 0.98, "min_top1": 0.98}
 _K_SCALE, _V_SCALE = 12, 13  # GroupQueryAttention's k_scale and v_scale inputs
