@@ -12,8 +12,8 @@ did not show; then the finer 1.25x; then 2x between them): on SmolLM2 with real-
 calibration validated at no room (2.5x: logits cosine 0.94 on a prefill; 1.25x: 14 outputs off); with text
 calibrated too, 2x validates (2.5x misses a prefill's logits at cosine 0.947, 1.25x one present at 0.98899);
 without a tokenizer SmolLM2 validates at 2.5x and the tiny test decoder at 1.25x. The cache takes a quarter of
-the float32 memory; the outputs move by int8 rounding, so the result is validated with a compression's tolerance (:data:`TOLERANCE`), never with float32's, and a model no room
-fits is dropped with the verdict.
+the float32 memory; the outputs move by int8 rounding, so the result is validated with a compression's
+tolerance (:data:`TOLERANCE`), never with float32's, and a model no room fits is dropped with the verdict.
 """
 
 from __future__ import annotations
