@@ -108,12 +108,14 @@ def _slow_transposed_linear(path: Path) -> None:
     refused from the graph): the request's scratch file exists while the reference run goes on."""
     _transposed_linear(path)
     model = onnx.load(path)
-    steps = [helper.make_node("Less", ["i", "n"], ["c2"]), helper.make_node("Add", ["v", "one"], ["w"])]
+    # the body's names differ from the outer graph's ('w' is the weight): onnxruntime refuses a name assigned
+    # twice, and the reference run then failed at once, racing the rewrite that makes the scratch file
+    steps = [helper.make_node("Less", ["i", "n"], ["c2"]), helper.make_node("Add", ["v", "one"], ["v_next"])]
     body = helper.make_graph(steps, "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
                                       helper.make_tensor_value_info("c", TensorProto.BOOL, []),
                                       helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
                              [helper.make_tensor_value_info("c2", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("w", TensorProto.FLOAT, [])])
+                              helper.make_tensor_value_info("v_next", TensorProto.FLOAT, [])])
     model.graph.initializer.extend([numpy_helper.from_array(np.array(2**40, np.int64), "n"),
                                     numpy_helper.from_array(np.array(True), "t"),
                                     numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
