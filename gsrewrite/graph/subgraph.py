@@ -28,8 +28,8 @@ def cut(model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -
     for name in (*inputs, *outputs):
         if name not in known:
             raise UsageError(f"no tensor named {name!r} in the model")
-    nodes = _needed_nodes(graph, producers, set(inputs), outputs)
-    read = {name for node in nodes for name in (*node.input, *_outer_reads(node)) if name}
+    nodes = needed_nodes(graph, producers, set(inputs), outputs)
+    read = {name for node in nodes for name in (*node.input, *outer_reads(node)) if name}
     missing = sorted(n for n in read - set(inputs) - set(initializers) - set(producers)
                      if n in {i.name for i in graph.input})
     if missing:
@@ -51,7 +51,7 @@ def cut(model: onnx.ModelProto, inputs: Sequence[str], outputs: Sequence[str]) -
     return out
 
 
-def _needed_nodes(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodeProto], stop: set[str],
+def needed_nodes(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodeProto], stop: set[str],
                   outputs: Sequence[str]) -> list[onnx.NodeProto]:
     """The nodes ``outputs`` need, walking back from them and stopping at ``stop``; in the graph's order."""
     needed: set[int] = set()
@@ -66,11 +66,11 @@ def _needed_nodes(graph: onnx.GraphProto, producers: Mapping[str, onnx.NodeProto
         if node is None or id(node) in needed:
             continue
         needed.add(id(node))
-        pending.extend(n for n in (*node.input, *_outer_reads(node)) if n)
+        pending.extend(n for n in (*node.input, *outer_reads(node)) if n)
     return [node for node in graph.node if id(node) in needed]
 
 
-def _outer_reads(node: onnx.NodeProto) -> set[str]:
+def outer_reads(node: onnx.NodeProto) -> set[str]:
     """Names a node's subgraphs (If/Loop/Scan bodies) read from the enclosing scope."""
     reads: set[str] = set()
     for attr in node.attribute:
@@ -78,7 +78,7 @@ def _outer_reads(node: onnx.NodeProto) -> set[str]:
             defined = {i.name for i in body.input} | {t.name for t in body.initializer}
             defined |= {o for n in body.node for o in n.output}
             for inner in body.node:
-                reads |= {n for n in (*inner.input, *_outer_reads(inner)) if n and n not in defined}
+                reads |= {n for n in (*inner.input, *outer_reads(inner)) if n and n not in defined}
     return reads
 
 

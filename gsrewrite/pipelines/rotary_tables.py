@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from gsrewrite.graph.subgraph import needed_nodes, outer_reads
+from gsrewrite.model_io.tensors import declared_nbytes, is_external
 from gsrewrite.pipelines.decoder_signature import DecoderSignature
 
 log = logging.getLogger(__name__)
@@ -104,50 +106,31 @@ def _rotary_users(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, Triple]]
 
 
 def _subgraph(model: onnx.ModelProto, outputs: list[str], fed: set[str]) -> onnx.ModelProto | str:
-    """The nodes ``outputs`` are computed by, as a model of their own; or why they are not a function of the
-    token layout and positions alone."""
+    """The nodes ``outputs`` are computed by (:func:`~gsrewrite.graph.subgraph.needed_nodes`), as a model of their
+    own; or why they are not a function of the token layout and positions alone."""
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output if out}
     initializers = {t.name: t for t in graph.initializer}
     inputs = {value.name: value for value in graph.input}
-    nodes: dict[int, onnx.NodeProto] = {}
-    used_inputs: set[str] = set()
-    used_inits: set[str] = set()
-    pending = list(outputs)
-    seen: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if not name or name in seen:
-            continue
-        seen.add(name)
-        if name in initializers:
-            tensor = initializers[name]
-            if tensor.data_location == onnx.TensorProto.EXTERNAL or _nbytes(tensor) > _SMALL:
+    nodes = needed_nodes(graph, producers, set(), outputs)
+    loop = next((node for node in nodes if node.op_type in ("Loop", "If", "Scan")), None)
+    if loop is not None:
+        return f"the rotary table is computed in a {loop.op_type}"
+    read = {name for node in nodes for name in node.input if name} | set(outputs)
+    made = {out for node in nodes for out in node.output}
+    for name in sorted(read - made):
+        tensor = initializers.get(name)
+        if tensor is not None:
+            if is_external(tensor) or declared_nbytes(tensor) > _SMALL:
                 return f"the rotary table reads the weight {name!r}"
-            used_inits.add(name)
-        elif name in inputs:
-            if name not in fed:
-                return f"the rotary table reads the input {name!r}"
-            used_inputs.add(name)
-        elif name in producers:
-            node = producers[name]
-            if node.op_type in ("Loop", "If", "Scan"):
-                return f"the rotary table is computed in a {node.op_type}"
-            nodes[id(node)] = node
-            pending.extend(node.input)
-        else:
+        elif name not in inputs:
             return f"{name!r} has no producer"
-    order = [node for node in graph.node if id(node) in nodes]
-    sub = helper.make_graph(order, "rotary-table", [inputs[name] for name in sorted(used_inputs)],
+        elif name not in fed:
+            return f"the rotary table reads the input {name!r}"
+    sub = helper.make_graph(nodes, "rotary-table", [inputs[n] for n in sorted(read & set(inputs) - set(initializers))],
                             [onnx.ValueInfoProto(name=name) for name in dict.fromkeys(outputs)],
-                            [initializers[name] for name in sorted(used_inits)])
+                            [initializers[n] for n in sorted(read & set(initializers))])
     return helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-
-
-def _nbytes(tensor: onnx.TensorProto) -> int:
-    count = int(np.prod(tensor.dims)) if tensor.dims else 1
-    return count * max(1, onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize) \
-        if tensor.data_type != onnx.TensorProto.STRING else count
 
 
 class _Evaluator:
@@ -160,7 +143,8 @@ class _Evaluator:
         options.intra_op_num_threads = 1
         options.log_severity_level = 3
         self.session = ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        self.specs = {spec.name: spec for spec in self.session.get_inputs()}
+        self.dtypes = {value.name: helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+                       for value in sub.graph.input}
         self.signature = signature
 
     def rows(self, positions: np.ndarray, triples: Iterable[Triple]) -> dict[Triple, tuple[np.ndarray, np.ndarray]]:
@@ -169,8 +153,7 @@ class _Evaluator:
         signature = self.signature
         batch, length = positions.shape
         feeds: dict[str, np.ndarray] = {}
-        for name, spec in self.specs.items():
-            dtype = _np_type(spec.type)
+        for name, dtype in self.dtypes.items():
             if name == signature.position_ids:
                 feeds[name] = positions.astype(dtype)
             elif name == signature.attention_mask:
@@ -217,11 +200,6 @@ def _layouts(rows: int) -> list[np.ndarray]:
     return layouts
 
 
-def _np_type(text: str) -> type:
-    return {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32,
-            "tensor(float16)": np.float16, "tensor(bool)": np.bool_}.get(text, np.int64)
-
-
 def _positions(graph: onnx.GraphProto, signature: DecoderSignature) -> str:
     """The model's position ids as int64 (what the rotary ops index with): the input itself or a Cast of it."""
     assert signature.position_ids is not None
@@ -244,7 +222,7 @@ def prune(graph: onnx.GraphProto) -> int:
         if any(out in needed for out in node.output if out) or _has_subgraph(node):
             keep.append(node)
             needed.update(name for name in node.input if name)
-            needed.update(_subgraph_reads(node))
+            needed.update(outer_reads(node))
         else:
             dropped_reads.update(node.input)
     removed = len(graph.node) - len(keep)
@@ -262,18 +240,6 @@ def prune(graph: onnx.GraphProto) -> int:
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
-
-
-def _subgraph_reads(node: onnx.NodeProto) -> set[str]:
-    """Names a node's subgraphs read from the outer scope (all their node inputs: a superset is safe here)."""
-    names: set[str] = set()
-    for attribute in node.attribute:
-        graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-        for sub in graphs:
-            for inner in sub.node:
-                names.update(inner.input)
-                names.update(_subgraph_reads(inner))
-    return names
 
 
 def tables_of(model: onnx.ModelProto) -> Mapping[str, int]:

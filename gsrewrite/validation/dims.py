@@ -185,15 +185,15 @@ def _unbuffered(model: onnx.ModelProto, specs: list[InputSpec]) -> list[InputSpe
     buffered = [s for s in specs if s.dims and len(s.dims) == 4 and s.dims[2] == BUFFER_DIM]
     if not buffered or "shared-kv-buffer" not in stated(model):
         return specs
-    new = {s.dims[-1] for s in specs if s.dims and len(s.dims) == 2 and isinstance(s.dims[-1], str)}
+    new = {s.dims[-1] for s in specs if s.dims and len(s.dims) == 2 and isinstance(s.dims[-1], str)
+           and symdim.symbol_name(symdim.from_dim_param(s.dims[-1])) is not None}  # plain symbols: token counts
     past = None
-    for spec in specs:
+    for spec in specs:  # the mask: past + new tokens, as symdim reads its dim (one symbol left beyond the new one)
         last = spec.dims[-1] if spec.dims and len(spec.dims) == 2 else None
-        if isinstance(last, str) and "+" in last:
-            terms = [t.strip() for t in last.split("+")]
-            rest = [t for t in terms if t not in new]
-            if len(terms) == 2 and len(rest) == 1 and rest[0].isidentifier():
-                past = rest[0]
+        if isinstance(last, str) and last not in new:
+            for name in new:
+                rest = symdim.symbol_name(symdim.sub(symdim.from_dim_param(last), symdim.sym(name)))
+                past = rest if rest is not None and rest not in new else past
     if past is None:
         return specs
     return [InputSpec(s.name, s.elem_type, (*s.dims[:2], past, *s.dims[3:])) if s in buffered and s.dims else s
