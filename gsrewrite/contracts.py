@@ -33,6 +33,11 @@ CONTRACTS = {
                         "spreads a padded query whose window has no visible key over that window where the original "
                         "spreads it over all keys, so the outputs at such positions differ); padding in the past "
                         "stays accepted",
+    "unpadded": "no padding anywhere: the attention mask is 1 at every position of the past and the new tokens and "
+                "position ids run on from the past length (what onnxruntime-genai's generate loop feeds at batch 1): "
+                "GroupQueryAttention then takes no bias from the mask, only its lengths, and counts positions itself "
+                "(a padded batch, a mask with holes or position ids of packed sequences are no longer accepted); "
+                "implies unpadded-prompts and unpadded-queries",
     "shared-kv-buffer": "the past as one buffer of the longest length that the present shares (onnxruntime-genai's "
                         "past_present_share_buffer): the attention mask's length says how much of it is valid (mask "
                         "length - new tokens), the present comes back at the buffer's length, not past + new",
@@ -40,6 +45,8 @@ CONTRACTS = {
                      "quantized cache): a float cache is no longer accepted, and the outputs move within an "
                      "int8 tolerance (cosine, top-1) instead of float rounding",
 }
+#: contract -> the narrower contracts it includes (accepting it accepts them)
+IMPLIES = {"unpadded": ("unpadded-prompts", "unpadded-queries")}
 #: the contracts ``--target genai`` implies: what onnxruntime-genai's generate loop lives with
 GENAI_CONTRACTS = ("batch1-chunks", "shared-kv-buffer")
 #: ``shared-kv-buffer``: the name of the past and present dims once they are one buffer of the longest length
@@ -49,13 +56,15 @@ METADATA_KEY = "gsrewrite.contracts"
 
 
 def check_contracts(names: Iterable[str]) -> tuple[str, ...]:
-    """``names`` deduplicated in order; :class:`UsageError` naming the known ones for an unknown name."""
+    """``names`` deduplicated in order, each followed by those it implies (:data:`IMPLIES`); :class:`UsageError`
+    naming the known ones for an unknown name."""
     out: list[str] = []
     for name in names:
         if name not in CONTRACTS:
             raise UsageError(f"unknown contract {name!r}; choose among: {', '.join(CONTRACTS)}")
-        if name not in out:
-            out.append(name)
+        for one in (name, *IMPLIES.get(name, ())):
+            if one not in out:
+                out.append(one)
     return tuple(out)
 
 
@@ -79,7 +88,7 @@ def stated(model: onnx.ModelProto) -> tuple[str, ...]:
     this version does not know: a model from a newer gsrewrite is then validated as any other)."""
     text = next((prop.value for prop in model.metadata_props if prop.key == METADATA_KEY), "")
     names = [part.split(":", 1)[0].strip() for part in text.split("; ") if ":" in part]
-    return tuple(name for name in names if name in CONTRACTS)
+    return check_contracts(name for name in names if name in CONTRACTS)
 
 
 #: contracts that change what the model takes or returns (not only which inputs it accepts): comparing such a model

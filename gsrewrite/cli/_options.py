@@ -72,7 +72,9 @@ contract_option = click.option(
     help="Accept a narrower input contract for a faster fused op (repeatable): batch1-chunks (GroupQueryAttention: "
          "several new tokens over a past only at batch 1), unpadded-prompts (GroupQueryAttention's own rotary: a "
          "batched prompt only without padding), unpadded-queries (a sliding window as GroupQueryAttention's "
-         "local_window_size: every new token visible in the mask), shared-kv-buffer (past and present one buffer of "
+         "local_window_size: every new token visible in the mask), unpadded (no padding anywhere, positions from the "
+         "past length: GroupQueryAttention takes no bias from the mask; implies the two before), shared-kv-buffer "
+         "(past and present one buffer of "
          "--max-length positions, the mask says how much is valid), int8-kv-cache (the cache as int8 with scales). "
          "Each validated and stated in the output's metadata and report.")
 pattern_options = stacked(target_option, device_option, patterns_option, pattern_files_option, opset_option,

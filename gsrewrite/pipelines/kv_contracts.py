@@ -1,5 +1,6 @@
-"""The KV-cache contracts as a step of ``apply``/``optimize``, after the fusions: ``shared-kv-buffer``
-(:mod:`gsrewrite.pipelines.kv_buffer`) and ``int8-kv-cache`` (:mod:`gsrewrite.pipelines.kv_int8`), each opt-in
+"""The decoder contracts as a step of ``apply``/``optimize``, after the fusions: ``shared-kv-buffer``
+(:mod:`gsrewrite.pipelines.kv_buffer`), ``unpadded`` (:mod:`gsrewrite.pipelines.unpadded`) and ``int8-kv-cache``
+(:mod:`gsrewrite.pipelines.kv_int8`), each opt-in
 (``--contract NAME``; ``--target genai`` implies the first), each validated against the original on the inputs the
 contract turns the original's into (:mod:`gsrewrite.validation.candidate_inputs`), each stated in the result, the
 report and the model's ``metadata_props``. One that cannot apply (no fused attention owns the cache) is skipped
@@ -22,8 +23,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the contracts this step makes, in the order it makes them
-KV_CONTRACTS = ("shared-kv-buffer", "int8-kv-cache")
+#: the contracts this step makes, in the order it makes them (``unpadded`` after the buffer: its constant rotary
+#: tables let GroupQueryAttention count positions itself)
+KV_CONTRACTS = ("shared-kv-buffer", "unpadded", "int8-kv-cache")
 
 
 def wanted(contracts: Sequence[str]) -> list[str]:
@@ -64,16 +66,17 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
             continue
         for label, make in ways:
             candidate, step = make()
+            chain = [*steps, step] if step is not None else steps
             if validation is not None:
-                report = _validate(original, candidate, [*steps, step], validation, result.compressed)
+                report = _validate(original, candidate, chain, validation, result.compressed)
                 if not report.ok:
                     log.warning("contract %s dropped: %s", label, report.summary())
                     result.dropped[label] = report.summary()
                     continue
-                log.info("contract %s validated: %s", label, step.describe())
+                fed = "; ".join(one.describe() for one in chain) or "the same inputs"
+                log.info("contract %s validated: %s", label, fed)
                 result.validation = report
-            model, made = candidate, [*made, name]
-            steps.append(step)
+            model, made, steps = candidate, [*made, name], chain
             break
     if made:
         result.model, result.serialized, result.changed = model, None, True
@@ -81,8 +84,8 @@ def apply_kv_contracts(result: Any, original: onnx.ModelProto, contracts: Sequen
         state(result.model, result.contracts)
 
 
-#: one way to make a contract: its label, and what makes the model and its validation's feed
-Way = tuple[str, Callable[[], tuple[onnx.ModelProto, "CandidateInputs"]]]
+#: one way to make a contract: its label, and what makes the model and its validation's feed (None: the same)
+Way = tuple[str, Callable[[], tuple[onnx.ModelProto, "CandidateInputs | None"]]]
 
 
 def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, original: onnx.ModelProto,
@@ -96,6 +99,8 @@ def _ways(name: str, model: onnx.ModelProto, signature: DecoderSignature, origin
 
     if name == "shared-kv-buffer":
         return _buffer_ways(model, signature, *lengths)
+    if name == "unpadded":
+        return _unpadded_ways(model, signature, lengths[1] or lengths[0] or signature.position_rows)
     largest = calibrate(model, signature, original, seed, tokenizer)
     if isinstance(largest, str):
         return largest
@@ -138,6 +143,20 @@ def _buffer_ways(model: onnx.ModelProto, signature: DecoderSignature, max_length
 
     return [(f"shared-kv-buffer (rotary tables of {rows} positions)", lambda: (held.pop(), feed)),
             ("shared-kv-buffer", plain)]
+
+
+def _unpadded_ways(model: onnx.ModelProto, signature: DecoderSignature, rows: int | None) -> list[Way] | str:
+    """``unpadded``: GroupQueryAttention without the mask's bias where it is proven its own causal mask up to
+    ``rows`` positions (None: validation's longest past and a chunk, :data:`MIN_ROWS`)."""
+    from gsrewrite.pipelines.rotary_tables import MIN_ROWS
+    from gsrewrite.pipelines.unpadded import drop_padding_bias
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    done = drop_padding_bias(out, signature, max(rows or MIN_ROWS, MIN_ROWS))
+    if isinstance(done, str):
+        return done
+    return [("unpadded", lambda: (out, None))]
 
 
 def _validate(original: onnx.ModelProto, candidate: onnx.ModelProto, steps: list[CandidateInputs],

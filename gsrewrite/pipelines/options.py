@@ -97,6 +97,12 @@ class RewriteOptions:
     #: (``--target genai``: the context length its folder states)
     positions: int | None = None
 
+    def __post_init__(self) -> None:
+        from gsrewrite.contracts import check_contracts
+
+        # known names only, each with the narrower contracts it implies (``unpadded``: unpadded-prompts, ...)
+        object.__setattr__(self, "contracts", check_contracts(self.contracts))
+
 
 #: the tolerance overrides a compression takes (keyword names of :func:`gsrewrite.compress`)
 TOLERANCE_FIELDS = ("min_cosine", "max_abs", "min_agreement", "min_top1")

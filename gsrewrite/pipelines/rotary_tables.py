@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from gsrewrite.graph.subgraph import needed_nodes, outer_reads
-from gsrewrite.model_io.tensors import declared_nbytes, is_external
 from gsrewrite.pipelines.decoder_signature import DecoderSignature
+from gsrewrite.pipelines.layout_subgraph import layout_model, layout_session
+from gsrewrite.pipelines.layout_subgraph import prune as prune  # the rewrites' cleanup, named here as before
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def constant_rotary_tables(model: onnx.ModelProto, signature: DecoderSignature, 
         return "no RotaryEmbedding (nor, under unpadded-prompts, GroupQueryAttention) reads a rotary table"
     fed = {name for name in (signature.input_ids, signature.position_ids, signature.attention_mask) if name}
     triples = sorted({triple for _node, triple in users})
-    sub = _subgraph(model, [name for triple in triples for name in triple], fed)
+    sub = layout_model(model, [name for triple in triples for name in triple], fed, "the rotary table", _SMALL)
     if isinstance(sub, str):
         return sub
     try:
@@ -105,44 +105,11 @@ def _rotary_users(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, Triple]]
     return out
 
 
-def _subgraph(model: onnx.ModelProto, outputs: list[str], fed: set[str]) -> onnx.ModelProto | str:
-    """The nodes ``outputs`` are computed by (:func:`~gsrewrite.graph.subgraph.needed_nodes`), as a model of their
-    own; or why they are not a function of the token layout and positions alone."""
-    graph = model.graph
-    producers = {out: node for node in graph.node for out in node.output if out}
-    initializers = {t.name: t for t in graph.initializer}
-    inputs = {value.name: value for value in graph.input}
-    nodes = needed_nodes(graph, producers, set(), outputs)
-    loop = next((node for node in nodes if node.op_type in ("Loop", "If", "Scan")), None)
-    if loop is not None:
-        return f"the rotary table is computed in a {loop.op_type}"
-    read = {name for node in nodes for name in node.input if name} | set(outputs)
-    made = {out for node in nodes for out in node.output}
-    for name in sorted(read - made):
-        tensor = initializers.get(name)
-        if tensor is not None:
-            if is_external(tensor) or declared_nbytes(tensor) > _SMALL:
-                return f"the rotary table reads the weight {name!r}"
-        elif name not in inputs:
-            return f"{name!r} has no producer"
-        elif name not in fed:
-            return f"the rotary table reads the input {name!r}"
-    sub = helper.make_graph(nodes, "rotary-table", [inputs[n] for n in sorted(read & set(inputs) - set(initializers))],
-                            [onnx.ValueInfoProto(name=name) for name in dict.fromkeys(outputs)],
-                            [initializers[n] for n in sorted(read & set(initializers))])
-    return helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
-
-
 class _Evaluator:
     """The table's subgraph in onnxruntime, fed token layouts: each token's cos and sin rows."""
 
     def __init__(self, sub: onnx.ModelProto, signature: DecoderSignature) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(sub.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.session = layout_session(sub)
         self.dtypes = {value.name: helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
                        for value in sub.graph.input}
         self.signature = signature
@@ -210,36 +177,6 @@ def _positions(graph: onnx.GraphProto, signature: DecoderSignature) -> str:
     graph.node.insert(0, helper.make_node("Cast", [signature.position_ids], [name], to=onnx.TensorProto.INT64,
                                           name=name))
     return name
-
-
-def prune(graph: onnx.GraphProto) -> int:
-    """Remove the nodes nothing reads (no graph output, no node that stays) and the initializers only they read;
-    the number of nodes removed."""
-    needed = {value.name for value in graph.output}
-    keep: list[onnx.NodeProto] = []
-    dropped_reads: set[str] = set()
-    for node in reversed(graph.node):
-        if any(out in needed for out in node.output if out) or _has_subgraph(node):
-            keep.append(node)
-            needed.update(name for name in node.input if name)
-            needed.update(outer_reads(node))
-        else:
-            dropped_reads.update(node.input)
-    removed = len(graph.node) - len(keep)
-    if removed:
-        keep.reverse()
-        del graph.node[:]
-        graph.node.extend(keep)
-        inputs = {value.name for value in graph.input}
-        kept = [t for t in graph.initializer if t.name in needed or t.name in inputs or t.name not in dropped_reads]
-        if len(kept) != len(graph.initializer):
-            del graph.initializer[:]
-            graph.initializer.extend(kept)
-    return removed
-
-
-def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
 
 
 def tables_of(model: onnx.ModelProto) -> Mapping[str, int]:

@@ -118,26 +118,32 @@ def _is_mask_name(name: str) -> bool:
     return "mask" in name.lower()
 
 
+#: which mask values a contract keeps: ``new`` (``unpadded-queries``): 1 at every new token; ``all``
+#: (``unpadded``): 1 everywhere, the prefill's past too; None: as drawn (padding left or right, holes)
+Visible = str | None
+
+
 def prefilled_feed(plan: PrefillPlan, dims: InputDims, plans: Sequence[InputPlan], bindings: Mapping[str, int],
                    feed: dict[str, np.ndarray], seed: Sequence[int], mask_offset: int,
-                   run_original: Callable[[dict[str, np.ndarray]], Mapping[str, Any]], visible_new: bool = False
+                   run_original: Callable[[dict[str, np.ndarray]], Mapping[str, Any]], visible: Visible = None
                    ) -> dict[str, np.ndarray]:
     """``feed`` (a step drawn at ``bindings``) with its past taken from the original's prefill of as many tokens
     (``run_original`` runs it), its mask continuing the prefill's and its positions following the mask. A step
-    over no past only gets positions that follow its mask; ``visible_new`` (the ``unpadded-queries`` contract):
-    its mask is 1 at every new token too (a step over a past has it so anyway)."""
+    over no past only gets positions that follow its mask; ``visible`` (:data:`Visible`): the mask values the
+    accepted contracts keep (a step over a past has 1 at its new tokens anyway)."""
     past = sum(bindings.get(n, 0) for n in plan.past)
     if past == 0 or not plan.pairs:
-        return queries_visible(plan, feed, past) if visible_new else _with_positions(plan, dict(feed), past)
+        return queries_visible(plan, feed, past, visible)
     prefill_bindings = {**bindings, **{n: 0 for n in plan.past}, **{n: past for n in plan.new}}
     shapes = dims.shapes(prefill_bindings)
     prefill_plans = [dataclasses.replace(p, shape=shapes[p.name], start=None if p.start is None else 0) for p in plans]
-    prefill = _with_positions(plan, generate_inputs(prefill_plans, [*seed, 1], mask_offset), 0)
+    prefill = queries_visible(plan, generate_inputs(prefill_plans, [*seed, 1], mask_offset), 0,
+                              "all" if visible == "all" else None)
     presents = run_original(prefill)
     step = dict(feed)
     if plan.mask is not None and plan.mask in prefill:
-        visible = np.ones((step[plan.mask].shape[0], step[plan.mask].shape[1] - past), dtype=step[plan.mask].dtype)
-        step[plan.mask] = np.concatenate([prefill[plan.mask], visible], axis=1)
+        visible_new = np.ones((step[plan.mask].shape[0], step[plan.mask].shape[1] - past), step[plan.mask].dtype)
+        step[plan.mask] = np.concatenate([prefill[plan.mask], visible_new], axis=1)
     for past_name, present_name in plan.pairs.items():
         value = np.asarray(presents[present_name])
         if value.shape != step[past_name].shape:
@@ -147,13 +153,14 @@ def prefilled_feed(plan: PrefillPlan, dims: InputDims, plans: Sequence[InputPlan
     return _with_positions(plan, step, past)
 
 
-def queries_visible(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int) -> dict[str, np.ndarray]:
-    """``feed`` with its mask 1 at every new token (after ``past`` columns) and positions following it: the inputs
-    the ``unpadded-queries`` contract keeps."""
+def queries_visible(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int, visible: Visible = "new"
+                    ) -> dict[str, np.ndarray]:
+    """``feed`` with its mask 1 at every new token (after ``past`` columns; ``visible`` ``all``: everywhere; None:
+    as it is) and positions following it: the inputs the contracts keep."""
     step = dict(feed)
-    if plan.mask is not None and plan.mask in step:
+    if visible is not None and plan.mask is not None and plan.mask in step:
         step[plan.mask] = step[plan.mask].copy()
-        step[plan.mask][:, past:] = 1
+        step[plan.mask][:, 0 if visible == "all" else past:] = 1
     return _with_positions(plan, step, past)
 
 
@@ -172,11 +179,11 @@ def _with_positions(plan: PrefillPlan, feed: dict[str, np.ndarray], past: int) -
 
 
 def prefill_described(plan: PrefillPlan, bindings: Mapping[str, int], described: Mapping[str, dict[str, Any]],
-                      visible_new: bool = False) -> dict[str, dict[str, Any]]:
+                      visible: Visible = None) -> dict[str, dict[str, Any]]:
     """The report's description of the inputs :func:`prefilled_feed` made (the others as they were)."""
     past = sum(bindings.get(n, 0) for n in plan.past)
     out: dict[str, dict[str, Any]] = {}
-    if visible_new and not (past and plan.pairs) and plan.mask is not None and plan.mask in described:
+    if visible == "new" and not (past and plan.pairs) and plan.mask is not None and plan.mask in described:
         out[plan.mask] = {**described[plan.mask], "values": "1 at every new token (unpadded-queries)" +
                           (": the past's columns as drawn" if past else "")}
     if past and plan.pairs:
@@ -185,6 +192,8 @@ def prefill_described(plan: PrefillPlan, bindings: Mapping[str, int], described:
         if plan.mask is not None and plan.mask in described:
             out[plan.mask] = {**described[plan.mask], "values": "the prefill's mask rows (padding left or right, "
                               "holes, none), then 1 for every new token"}
+    if visible == "all" and plan.mask is not None and plan.mask in described:
+        out[plan.mask] = {**described[plan.mask], "values": "1 everywhere (unpadded)"}
     if plan.mask is not None:
         for name in plan.positions:
             if name in described:

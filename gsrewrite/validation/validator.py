@@ -284,27 +284,28 @@ class Validator:
         if plan is None or self._dims is None:
             return
         dims, made = self._dims, {}
-        visible_new = "unpadded-queries" in self.contracts  # no query row padded: the mask is 1 at new tokens
+        # the mask values the accepted contracts keep: no padding at all, or no query row padded
+        visible = "all" if "unpadded" in self.contracts else "new" if "unpadded-queries" in self.contracts else None
         try:
             for run in range(self.runs):
                 feed = prefilled_feed(plan, dims, input_set.plans, input_set.size.bindings, input_set.feed(run),
                                       input_set.seeds(run), input_set.mask_offset + run * input_set.mask_rows,
                                       lambda prefill: _run(session, prefill, input_set.described, self.original.model),
-                                      visible_new)
+                                      visible)
                 made[run] = self.kept.keep(feed)
         except CannotValidateError:
             raise
         except (ValidationError, InputDataError, ValueError) as exc:
             log.info("the %s set keeps its drawn past: its prefill failed (%s)", input_set.size.name,
                      str(exc).splitlines()[0])
-            if visible_new:  # still only the inputs the contract keeps
+            if visible:  # still only the inputs the contract keeps
                 past = sum(input_set.size.bindings.get(n, 0) for n in plan.past)
-                input_set.prefilled = {run: self.kept.keep(queries_visible(plan, input_set.feed(run), past))
+                input_set.prefilled = {run: self.kept.keep(queries_visible(plan, input_set.feed(run), past, visible))
                                        for run in range(self.runs)}
             return
         input_set.prefilled = made
         input_set.described = {**input_set.described, **prefill_described(plan, input_set.size.bindings,
-                                                                          input_set.described, visible_new)}
+                                                                          input_set.described, visible)}
 
     def _prefill_plan(self) -> PrefillPlan | None:
         if self._dims is None:
