@@ -13,8 +13,10 @@ Per model (an export with a KV cache, optimum's signature, and the Hugging Face 
 * ``gsrewrite optimize`` with the default contract (attention over the repeated cache: MultiHeadAttention),
   with ``--contract batch1-chunks`` (GroupQueryAttention) and with ``--contract batch1-chunks --contract
   unpadded-prompts`` (GroupQueryAttention rotating Q/K itself over one packed QKV projection);
-* ``gsrewrite optimize --target genai --contract unpadded-prompts``: the folder onnxruntime-genai's loop runs
-  (``batch1-chunks`` and ``shared-kv-buffer`` implied), timed as that loop feeds it (see the builder's below);
+* ``gsrewrite optimize --target genai --contract unpadded``: the folder onnxruntime-genai's loop runs
+  (``batch1-chunks`` and ``shared-kv-buffer`` implied; ``unpadded``: no padding anywhere, as the loop feeds at
+  batch 1 and the builder's graphs assume, so GroupQueryAttention takes no bias from the mask), timed as that loop
+  feeds it (see the builder's below);
 * ``gsrewrite optimize --compress int4`` by default, under both contracts and for the genai target
   (``--min-top1 0 --min-cosine 0.5``: random-weight logits are near ties, and SmolLM2-135M's int4 misses the
   default tolerance; the table gives every variant's cosine, the builder's included); MatMulNBits'
@@ -64,6 +66,7 @@ GSREWRITE = Path(sys.executable).parent / "gsrewrite"
 RELAXED = ("--min-top1", "0", "--min-cosine", "0.5")
 CHUNKS = ("--contract", "batch1-chunks")
 UNPADDED = ("--contract", "unpadded-prompts")
+NO_PADDING = ("--contract", "unpadded")
 PROMPTS = (*CHUNKS, *UNPADDED)
 FUSED = ("MultiHeadAttention", "GroupQueryAttention", "RotaryEmbedding", "SimplifiedLayerNormalization",
          "SkipSimplifiedLayerNormalization", "MatMulNBits", "GatherBlockQuantized", "QuickGelu", "FusedMatMul")
@@ -113,19 +116,19 @@ def variants(name: str, original: Path, hf: Path, work: Path, python: str) -> li
     """Every variant of one model, made into ``work`` (and the builder's next to ``hf``) unless already there."""
     relaxed = RELAXED  # random weights: near-tie logits; SmolLM2-135M: int4 misses the default (cosine 0.91)
     src = str(original)
-    genai = (*UNPADDED, "--target", "genai")
+    genai = (*NO_PADDING, "--target", "genai")
     plan = [
         ("gsrewrite optimize (default contract)", work / f"{name}.default.onnx", ("optimize", src), False),
         ("gsrewrite optimize --contract batch1-chunks", work / f"{name}.chunks.onnx", ("optimize", src, *CHUNKS),
          False),
         ("gsrewrite optimize + unpadded-prompts", work / f"{name}.prompts.onnx", ("optimize", src, *PROMPTS), False),
-        ("gsrewrite --target genai + unpadded-prompts, its loop's shared buffer", work / f"{name}.genai"
+        ("gsrewrite --target genai + unpadded, its loop's shared buffer", work / f"{name}.genai"
          / "model.onnx", ("optimize", src, *genai), True),
         ("gsrewrite optimize --compress int4 (default contract)", work / f"{name}.default.int4.onnx",
          ("optimize", src, "--compress", "int4", *relaxed), False),
         ("gsrewrite optimize --compress int4 + unpadded-prompts", work / f"{name}.prompts.int4.onnx",
          ("optimize", src, *PROMPTS, "--compress", "int4", *relaxed), False),
-        ("gsrewrite --target genai --compress int4 + unpadded-prompts, shared buffer", work / f"{name}.genai.int4"
+        ("gsrewrite --target genai --compress int4 + unpadded, shared buffer", work / f"{name}.genai.int4"
          / "model.onnx", ("optimize", src, *genai, "--compress", "int4", *relaxed), True),
     ]
     made = [Variant("original export (fp32)", original)]

@@ -16,7 +16,8 @@ interpreter given by ``--builder-python``: the builder needs torch and transform
    variants (CPU time of the calling thread, onnxruntime's 1-thread session runs there, and wall time): the
    builder's fp32, gsrewrite's (past and present one shared buffer, as its config says), the same
    model with the buffer not shared (``past_present_share_buffer`` false: the loop feeds the exact past and takes a
-   new present every step) and gsrewrite's with ``--contract int8-kv-cache`` (when the contract was kept).
+   new present every step), gsrewrite's with ``--contract int8-kv-cache`` and with ``--contract unpadded`` (no
+   padding anywhere, GroupQueryAttention without the mask's bias; each when the contract was kept).
    ``search.max_length`` is ``--max-length`` for all.
 """
 
@@ -43,12 +44,14 @@ QUESTION = "What is the capital of France?"
 
 
 def make_folders(real: Path, work: Path, builder_python: str) -> dict[str, Path]:
-    """The builder's fp32 folder, gsrewrite's genai folder and the same with an int8 cache (each made when absent;
-    the int8 one only when its contract was kept)."""
+    """The builder's fp32 folder, gsrewrite's genai folder and the same with an int8 cache and with the unpadded
+    contract (each made when absent; those only when their contract was kept)."""
     builder = real / "builder_fp32"
     folders = {"builder fp32": builder}
-    for name, extra in (("gsrewrite genai", ()), ("gsrewrite genai, int8 cache", ("--contract", "int8-kv-cache"))):
-        folder = work / ("smollm2_genai" + ("_int8" if extra else ""))
+    for name, suffix, extra in (("gsrewrite genai", "", ()),
+                                ("gsrewrite genai, int8 cache", "_int8", ("--contract", "int8-kv-cache")),
+                                ("gsrewrite genai, unpadded", "_unpadded", ("--contract", "unpadded"))):
+        folder = work / f"smollm2_genai{suffix}"
         if not (folder / "genai_config.json").exists():
             done = subprocess.run([str(GSREWRITE), "optimize", str(real / "smollm2.dynamo_kv.onnx"), str(folder),
                                    "--target", "genai", "--tokenizer", str(real / "smollm2_hf"), "--force", "--json",
@@ -57,8 +60,8 @@ def make_folders(real: Path, work: Path, builder_python: str) -> dict[str, Path]
                 raise SystemExit(f"gsrewrite optimize --target genai failed: {done.stderr.strip()}")
             (work / f"{folder.name}.json").write_text(done.stdout)
         kept = json.loads((work / f"{folder.name}.json").read_text())["contracts"]
-        if "int8-kv-cache" in extra and "int8-kv-cache" not in kept:
-            log.warning("the int8 cache was dropped: %s", folder)
+        if extra and extra[-1] not in kept:
+            log.warning("the contract %s was dropped: %s", extra[-1], folder)
             continue
         folders[name] = folder
     if not (builder / "genai_config.json").exists():
@@ -180,8 +183,9 @@ def main() -> None:
     variants = {"builder fp32": (folders["builder fp32"], None),
                 "gsrewrite genai, shared buffer": (folders["gsrewrite genai"], True),
                 "gsrewrite genai, not shared": (folders["gsrewrite genai"], False)}
-    if "gsrewrite genai, int8 cache" in folders:
-        variants["gsrewrite genai, int8 cache, shared buffer"] = (folders["gsrewrite genai, int8 cache"], True)
+    for name in ("gsrewrite genai, int8 cache", "gsrewrite genai, unpadded"):
+        if name in folders:
+            variants[f"{name}, shared buffer"] = (folders[name], True)
     models = {name: load(folder, single_thread(args.max_length, shared)) for name, (folder, shared) in
               variants.items()}
     cpu: dict[tuple[str, int], float] = {}

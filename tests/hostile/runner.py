@@ -162,33 +162,53 @@ class Measured:
     #: user + system CPU seconds of the child (all its threads): a bound on work that holds on a loaded machine,
     #: where its wall time does not
     cpu_s: float
-    #: the child's peak resident bytes (forked with a ``preexec_fn``, it counts this process's size at the fork)
+    #: the command's own peak resident bytes
     max_rss: int
     #: killed by the hang guard
     hung: bool
 
 
+#: runs the command given after the report path and writes [exit code, CPU seconds, peak RSS bytes] of it there:
+#: measured from this small launcher, not from the test process, because a child's ``ru_maxrss`` keeps the
+#: high-water mark of the process it was forked from (a pytest worker of 1.3 GB made a 60 MB command read 1.3 GB)
+_LAUNCH = """
+import json, resource, subprocess, sys
+code = subprocess.run(sys.argv[2:]).returncode
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(sys.argv[1], "w") as report:
+    json.dump([code, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024], report)
+"""
+
+
 def measured_run(argv: Sequence[str | Path], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
                  preexec_fn: Callable[[], None] | None = None, hang_guard: float = HANG_GUARD_S) -> Measured:
-    """Run ``argv`` to its end and measure its CPU time and peak RSS. ``hang_guard`` seconds of wall time kill it:
-    a guard against a hang, far above any expected time, never the assertion of a test."""
-    with tempfile.TemporaryFile("w+", errors="replace") as out, tempfile.TemporaryFile("w+", errors="replace") as err:
-        process = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=err, text=True, preexec_fn=preexec_fn)
+    """Run ``argv`` to its end and measure its CPU time and peak RSS (its own: started from a small launcher,
+    :data:`_LAUNCH`, which ``preexec_fn``'s limits are set on and the command inherits). ``hang_guard`` seconds of
+    wall time kill both: a guard against a hang, far above any expected time, never the assertion of a test."""
+    import json
+    import signal
+
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryFile("w+", errors="replace") as out, \
+            tempfile.TemporaryFile("w+", errors="replace") as err:
+        report = Path(folder) / "report.json"
+        process = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(report), *[str(a) for a in argv]], cwd=cwd,
+                                   env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err, text=True,
+                                   preexec_fn=preexec_fn, start_new_session=True)
         hung = threading.Event()
 
         def kill() -> None:
             hung.set()
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)  # the launcher and the command
 
         timer = threading.Timer(hang_guard, kill)
         timer.start()
         try:
-            _, status, usage = os.wait4(process.pid, 0)
+            process.wait()
         finally:
             timer.cancel()
-        process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Measured(process.returncode, out.read(), err.read(), usage.ru_utime + usage.ru_stime,
-                        usage.ru_maxrss * 1024, hung.is_set())
+        if not report.exists():  # the launcher itself was killed
+            return Measured(process.returncode, out.read(), err.read(), 0.0, 0, hung.is_set())
+        code, cpu_s, peak = json.loads(report.read_text())
+        return Measured(int(code), out.read(), err.read(), float(cpu_s), int(peak), hung.is_set())
