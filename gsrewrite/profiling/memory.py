@@ -26,6 +26,7 @@ from typing import Any
 import onnx
 
 from gsrewrite.errors import UsageError
+from gsrewrite.graph.subgraph import outer_reads
 from gsrewrite.model_io.graph_walk import may_hold_graphs, node_subgraphs
 from gsrewrite.profiling.costs import item_bits
 from gsrewrite.shapes import symdim
@@ -123,7 +124,7 @@ def plan_memory(model: onnx.ModelProto, shapes: SymbolicShapes, bindings: Mappin
             if name:
                 last_use[name] = step
         if may_hold_graphs(node):
-            for name in _outer_reads(node):
+            for name in outer_reads(node):
                 last_use[name] = step
     owner: dict[str, Buffer] = {}  # tensor -> buffer holding it
     buffers: list[Buffer] = []
@@ -226,19 +227,6 @@ def _elements(dims: Any) -> int:
 
 def _aligned(size: int) -> int:
     return (size + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-
-
-def _outer_reads(node: onnx.NodeProto) -> set[str]:
-    """Names a control-flow node's subgraphs read from the enclosing graph."""
-    reads: set[str] = set()
-    for _, sub in node_subgraphs(node):
-        local = {i.name for i in sub.input} | {t.name for t in sub.initializer}
-        for inner in sub.node:
-            local.update(inner.output)
-        for inner in sub.node:
-            reads.update(n for n in inner.input if n and n not in local)
-            reads.update(_outer_reads(inner) - local)
-    return reads
 
 
 #: orders buffers are placed in (the smallest arena wins)
