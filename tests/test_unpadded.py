@@ -188,3 +188,44 @@ def test_validation_under_unpadded_feeds_masks_of_ones_only() -> None:
     assert queries["attention_mask"][:, :4].tolist() == mask[:, :4].tolist()
     assert (queries["attention_mask"][:, 4:] == 1).all()
     assert (queries_visible(plan, feed, 4, None)["attention_mask"] == mask).all()
+
+
+def test_the_installed_cli_states_unpadded_and_validate_reads_it_back(tmp_path) -> None:
+    """``optimize --contract batch1-chunks --contract unpadded`` on the tiny exported LLaMA (its own cache, no
+    shared buffer): the bias goes, the contract is stated, and ``validate`` of the result against the original
+    passes by reading it back (masks of ones only). The contract is real: at a left-padded prompt the padded row's
+    real tokens get other logits than the original's, the unpadded row the same."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "models" / "llama.dynamo_kv.onnx"
+    script = Path(sys.executable).parent / "gsrewrite"
+    out = tmp_path / "out.onnx"
+    done = subprocess.run([str(script), "optimize", str(fixture), str(out), "--contract", "batch1-chunks",
+                           "--contract", "unpadded", "--json"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["validation"]["ok"] and "unpadded" in report["contracts"], report["contracts"]
+    model = onnx.load(str(out), load_external_data=False)
+    attention = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert attention and all(len(n.input) <= 10 or not n.input[10] for n in attention)
+    assert "unpadded" in stated(model)
+    checked = subprocess.run([str(script), "validate", str(fixture), str(out), "--json"], capture_output=True,
+                             text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    # the contract is real: a left-padded batch gives other logits at the real tokens' rows than the original's
+    original = ort.InferenceSession(str(fixture), providers=["CPUExecutionProvider"])
+    rewritten = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": np.array([[5, 5, 7, 9], [3, 4, 5, 6]], np.int64),
+             "attention_mask": np.array([[0, 0, 1, 1], [1, 1, 1, 1]], np.int64),
+             "position_ids": np.array([[1, 1, 0, 1], [0, 1, 2, 3]], np.int64)}
+    for spec in original.get_inputs():
+        if spec.name.startswith("past_key_values"):
+            feeds[spec.name] = np.zeros((2, spec.shape[1], 0, spec.shape[3]), np.float32)
+    logits = original.get_outputs()[0].name
+    a = original.run([logits], feeds)[0]
+    b = rewritten.run([logits], feeds)[0]
+    assert not np.allclose(a[0, 2:], b[0, 2:], atol=1e-4)  # the padded row's real tokens differ
+    np.testing.assert_allclose(a[1], b[1], atol=1e-4)  # the unpadded row stays
