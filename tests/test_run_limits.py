@@ -92,7 +92,7 @@ def test_a_signal_stops_an_onnxruntime_run_at_once(tmp_path: Path, command: list
     signal that another thread received did not wake the waiting thread either."""
     _loop_model(tmp_path)
     process = subprocess.Popen([str(GSREWRITE), "-vv", *command], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                               env=_env(), stdin=subprocess.DEVNULL, preexec_fn=limit_address_space)
+                               env=_env(), stdin=subprocess.DEVNULL, preexec_fn=_default_signals)
     lines: queue.Queue[str] = queue.Queue()
 
     def read() -> None:
@@ -132,6 +132,13 @@ def test_a_signal_stops_an_onnxruntime_run_at_once(tmp_path: Path, command: list
     # spent after the signal is the stop and the exit, not the run going on (CPU time: the same on a loaded machine)
     after = usage.ru_utime + usage.ru_stime - before
     assert after < 5, f"{after:.1f} s of CPU after the signal"
+
+
+def _default_signals() -> None:
+    """The child's limits, and SIGINT as a user's terminal delivers it: a suite started as a background job of a
+    non-interactive shell inherits SIGINT ignored, and Python then installs no handler for it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    limit_address_space()
 
 
 def _cpu_seconds(pid: int) -> float:
