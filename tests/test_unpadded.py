@@ -153,11 +153,9 @@ def test_a_window_longer_than_short_tests_is_found_at_the_longest_position() -> 
 def test_a_bias_reading_another_input_or_no_bias_is_left() -> None:
     model = attention_model()
     model.graph.input.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, [1]))
-    bias_where = next(n for n in model.graph.node if n.output[0] == "bias0")
     model.graph.node.append(helper.make_node("Add", ["bias0", "extra"], ["bias_x"]))
     gqa = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention")
     gqa.input[10] = "bias_x"
-    assert bias_where is not None
     assert "reads the input 'extra'" in str(changed(model)[1])
     plain = attention_model()
     gqa = next(n for n in plain.graph.node if n.op_type == "GroupQueryAttention")

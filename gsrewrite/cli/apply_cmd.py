@@ -65,12 +65,11 @@ def explain(model: str, patterns: tuple[str, ...], pattern_files: tuple[str, ...
             device: str, contracts: tuple[str, ...], no_simplify: bool, validate: bool, as_json: bool) -> None:
     """Show, per pattern, its matches on MODEL and optimize's verdict: applied, skipped by a device or contract
     policy, refused by the engine, the deepest near miss, or (--validate) dropped by validation (writes nothing)."""
-    from gsrewrite.contracts import check_contracts
     from gsrewrite.pipelines import RewriteOptions, optimize
     from gsrewrite.pipelines.options import Source
 
     names = list(patterns) or ([] if pattern_files else ["all"])
-    rewrite = RewriteOptions(tuple(pattern_files), opset, True, contracts=check_contracts(contracts))
+    rewrite = RewriteOptions(tuple(pattern_files), opset, True, contracts=tuple(contracts))
     with working(f"explaining {model}..."):
         result = optimize(Source.mapped(model), target=target, device=device, patterns=names,
                           simplify=not no_simplify, validate=validate, rewrite=rewrite)

@@ -70,7 +70,6 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
     gsrewrite optimize in.onnx out.onnx (or -o out.onnx; no output: in.opt.onnx); several models: -o FOLDER.
     --target genai writes a folder (OUTPUT, default in.genai) that onnxruntime-genai runs.
     """
-    from gsrewrite.contracts import check_contracts
     from gsrewrite.errors import UsageError
     from gsrewrite.pipelines import CompressOptions, RewriteOptions
     from gsrewrite.pipelines import optimize as run
@@ -87,7 +86,7 @@ def optimize(jobs_: list[Job], workers: int, target: str, device: str, patterns:
                 "simplify": not no_simplify, "validate": validation if validate else False, "tune": tune,
                 "compress": compression,
                 "rewrite": RewriteOptions(opset=opset, explain=explain or report is not None,
-                                          contracts=check_contracts(contracts), max_length=max_length)}
+                                          contracts=tuple(contracts), max_length=max_length)}
     if target == "genai":
         from gsrewrite.pipelines.genai import GenaiOptions, longest_sequence
 

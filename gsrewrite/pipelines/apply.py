@@ -9,7 +9,6 @@ returned silently.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -21,7 +20,7 @@ from typing import Any
 import onnx
 import onnx_graphsurgeon as gs
 
-from gsrewrite.contracts import CONTRACTS, check_contracts
+from gsrewrite.contracts import CONTRACTS
 from gsrewrite.contracts import state as state_contracts
 from gsrewrite.engine.canonicalize import canonicalize
 from gsrewrite.engine.legalize import legalize
@@ -196,9 +195,8 @@ def apply(
 
 
 def apply_fusions(model: ModelArg, fusions: Fusions, validate: ValidateArg = True) -> RewriteResult:
-    """:func:`apply` with its settings as one :class:`Fusions` (``fusions.options.contracts`` included)."""
-    fusions = dataclasses.replace(fusions, options=dataclasses.replace(
-        fusions.options, contracts=check_contracts(fusions.options.contracts)))
+    """:func:`apply` with its settings as one :class:`Fusions` (``fusions.options.contracts`` included, checked
+    and expanded by :class:`RewriteOptions` itself)."""
     with entered(model, validation_kwargs(validate)) as request:
         check_decoder(request.source.model, fusions.options.contracts)  # KV-cache contracts without a cache
         result = rewrite(request, fusions)

@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -120,7 +120,7 @@ def _is_mask_name(name: str) -> bool:
 
 #: which mask values a contract keeps: ``new`` (``unpadded-queries``): 1 at every new token; ``all``
 #: (``unpadded``): 1 everywhere, the prefill's past too; None: as drawn (padding left or right, holes)
-Visible = str | None
+Visible = Literal["new", "all"] | None
 
 
 def prefilled_feed(plan: PrefillPlan, dims: InputDims, plans: Sequence[InputPlan], bindings: Mapping[str, int],

@@ -28,6 +28,7 @@ from gsrewrite.validation.metrics import compare_output, missing_output
 from gsrewrite.validation.noise import Noise, measure_noise
 from gsrewrite.validation.prefill import (
     PrefillPlan,
+    Visible,
     prefill_described,
     prefill_plan,
     prefilled_feed,
@@ -285,7 +286,8 @@ class Validator:
             return
         dims, made = self._dims, {}
         # the mask values the accepted contracts keep: no padding at all, or no query row padded
-        visible = "all" if "unpadded" in self.contracts else "new" if "unpadded-queries" in self.contracts else None
+        visible: Visible = "all" if "unpadded" in self.contracts else "new" if "unpadded-queries" in self.contracts \
+            else None
         try:
             for run in range(self.runs):
                 feed = prefilled_feed(plan, dims, input_set.plans, input_set.size.bindings, input_set.feed(run),
